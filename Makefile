@@ -1,0 +1,39 @@
+# EGG developer entry points. CI runs `make test` (through .ci/run) on a CPU-only machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel of torch; on a GPU machine install your CUDA build of torch first (the stamp below
+# only installs it when no torch is present).
+TORCH_SPEC ?= torch==2.13.0
+DEMO_TASK ?= examples/softmax.py
+export LANGGRAPH_CLI_NO_ANALYTICS := 1
+
+.PHONY: install demo test test-fast lint gpu-test clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev,ray]"
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	$(BIN)/egg optimize $(DEMO_TASK) --device auto --seeds 2 --out out/demo
+
+test: install
+	$(BIN)/python -m pytest -m "not gpu" -q
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not gpu and not slow" -q
+
+gpu-test: install
+	$(BIN)/python -m pytest -m gpu -q
+
+lint: install
+	$(BIN)/ruff check graph nodes tools evals tests
+	$(BIN)/ruff format --check graph nodes tools evals tests
+
+clean:
+	rm -rf out .egg .pytest_cache .ruff_cache

@@ -1,0 +1,301 @@
+"""Frozen value records that flow through the graph and over the sandbox wire.
+
+Every record is a frozen pydantic model holding JSON-able data, so it can live in LangGraph
+state, be checkpointed to SQLite, be written into a report, and cross a process boundary
+unchanged. This module imports neither torch nor LangGraph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Device = Literal["cpu", "cuda"]
+Role = Literal["code", "profiler", "debugger"]
+Policy = Literal["strict", "mixed"]
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# The task
+# ---------------------------------------------------------------------------------------------
+
+
+class TaskSpec(Record):
+    """What the user asked for: a KernelBench-format file and how to run it."""
+
+    path: str
+    name: str
+    source: str
+    device: Device = "cpu"
+    # Module-level size constants to override (e.g. {"N": 256}); applied in the worker before
+    # get_inputs()/get_init_inputs() run. Empty means "as written in the file".
+    size_overrides: dict[str, int] = Field(default_factory=dict)
+
+
+class TensorInfo(Record):
+    shape: list[int]
+    dtype: str  # torch dtype name without the "torch." prefix, e.g. "float32"
+    stride: list[int] | None = None
+
+
+class ScalarInfo(Record):
+    value: float | int | bool | None
+    type: str  # "int" | "float" | "bool" | "none"
+
+
+class ParamInfo(Record):
+    name: str  # dotted state_dict name, e.g. "fc.weight"
+    shape: list[int]
+    dtype: str
+    is_buffer: bool = False
+
+
+class OpNode(Record):
+    """One node of the reference's captured computation (torch.fx, torch level)."""
+
+    name: str
+    kind: Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
+    # Canonical op name, e.g. "relu", "softmax", "linear", "matmul", "add", "sum", "conv2d".
+    op: str
+    # Raw target as text (e.g. "torch.nn.functional.gelu", "fc" for a module, "sum" for a method).
+    target: str
+    # Arguments: node references are {"node": name}; constants are JSON values; lists nest.
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    # For call_module: the module's class name and its constructor-relevant attributes.
+    module_type: str | None = None
+    module_attrs: dict[str, Any] = Field(default_factory=dict)
+    shape: list[int] | None = None
+    dtype: str | None = None
+
+
+class TaskDescription(Record):
+    """What the worker learned by loading and running the reference (sizes as used)."""
+
+    name: str
+    source: str
+    init_args: list[Any] = Field(default_factory=list)
+    inputs: list[TensorInfo | ScalarInfo]
+    outputs: list[TensorInfo]
+    params: list[ParamInfo] = Field(default_factory=list)
+    # Module-level int/float constants of the file as written, and as used in this run.
+    constants: dict[str, Any] = Field(default_factory=dict)
+    sizes_used: dict[str, Any] = Field(default_factory=dict)
+    op_graph: list[OpNode] = Field(default_factory=list)
+    capture_error: str | None = None  # why op_graph is empty, when it is
+    flops: float | None = None
+    bytes_moved: float | None = None
+    degenerate: list[str] = Field(default_factory=list)  # e.g. "output is constant"
+    device: Device = "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates and their reports
+# ---------------------------------------------------------------------------------------------
+
+
+class Candidate(Record):
+    id: str
+    source: str  # the whole candidate file (defines ModelNew)
+    stage: str
+    origin: str  # "seed:<name>", "refine:<change>", "tune:<param>=<value>", "fix:<rule>", ...
+    family: str | None = None
+    algorithm: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)  # tunables baked into the source
+    parent_id: str | None = None
+    prompt: dict[str, str] | None = None  # {"id", "version", "sha256"} when an LLM wrote it
+
+
+class KernelCompileInfo(Record):
+    name: str
+    num_warps: int | None = None
+    num_stages: int | None = None
+    registers: int | None = None
+    spills: int | None = None
+    shared_bytes: int | None = None
+    constants: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompileReport(Record):
+    ok: bool
+    target: str = "cuda:90"
+    error: str | None = None
+    error_kind: str | None = None  # "syntax" | "import" | "triton" | "no_kernel" | "timeout" | "crash"
+    error_line: int | None = None  # 1-based line in the candidate file
+    kernels: list[KernelCompileInfo] = Field(default_factory=list)
+    seconds: float | None = None
+
+
+class CheckReport(Record):
+    accepted: bool
+    # Each reason is "<rule>: <message>", e.g. "mismatch: trial 2 max_abs_err 3.1e-2 > tol 1e-4".
+    reasons: list[str] = Field(default_factory=list)
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    trials: int = 0
+    policy: Policy = "mixed"
+    delegated_ops: list[str] = Field(default_factory=list)
+    tolerance: dict[str, float] = Field(default_factory=dict)
+    tolerance_widened: bool = False
+    shapes_checked: list[dict[str, Any]] = Field(default_factory=list)
+    degenerate: list[str] = Field(default_factory=list)
+    device: Device = "cpu"
+    seconds: float | None = None
+
+    @property
+    def first_rule(self) -> str | None:
+        return self.reasons[0].split(":", 1)[0] if self.reasons else None
+
+
+class Environment(Record):
+    gpu: str | None = None
+    driver: str | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    torch: str | None = None
+    triton: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+
+
+class TimingReport(Record):
+    measured: bool
+    reason: str | None = None  # why not measured, or why rejected
+    candidate_ms: float | None = None
+    candidate_p20_ms: float | None = None
+    candidate_p80_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    cudagraph_ms: float | None = None
+    noise: float | None = None  # relative spread (p80 - p20) / median of the candidate
+    candidate_launches: int | None = None
+    env: Environment | None = None
+    seconds: float | None = None
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        if self.measured and self.candidate_ms and self.eager_ms:
+            return self.eager_ms / self.candidate_ms
+        return None
+
+    @property
+    def speedup_vs_compile(self) -> float | None:
+        if self.measured and self.candidate_ms and self.compile_ms:
+            return self.compile_ms / self.candidate_ms
+        return None
+
+
+Bottleneck = Literal["memory", "compute", "latency", "unknown"]
+
+
+class ProfileReport(Record):
+    flops: float | None = None
+    bytes_moved: float | None = None
+    achieved_gbps: float | None = None
+    achieved_tflops: float | None = None
+    roofline_fraction: float | None = None
+    bottleneck: Bottleneck = "unknown"
+    evidence: list[str] = Field(default_factory=list)
+    suggestion: str | None = None
+    ncu: dict[str, Any] | None = None
+    ncu_skipped: str | None = None
+
+
+class Diagnosis(Record):
+    """The debugger's output: what went wrong and how to fix it."""
+
+    rule: str  # the failing rule / error kind
+    diagnosis: str
+    fix_plan: str
+    source: Literal["expert", "llm", "deterministic"] = "expert"
+    prompt: dict[str, str] | None = None  # {"id", "version", "sha256", ...} when an LLM wrote it
+
+
+class ProfilerAdvice(Record):
+    bottleneck: Bottleneck
+    evidence: list[str]
+    plan: str
+    source: Literal["expert", "llm", "deterministic"] = "expert"
+    prompt: dict[str, str] | None = None  # {"id", "version", "sha256", ...} when an LLM wrote it
+
+
+class Attempt(Record):
+    """One candidate's journey through the tool nodes of one stage."""
+
+    candidate: Candidate
+    compile: CompileReport | None = None
+    check: CheckReport | None = None
+    timing: TimingReport | None = None
+    profile: ProfileReport | None = None
+    advice: ProfilerAdvice | None = None
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.compile and self.compile.ok and self.check and self.check.accepted)
+
+    @property
+    def outcome(self) -> str:
+        if self.compile is None:
+            return "pending"
+        if not self.compile.ok:
+            return f"compile_error:{self.compile.error_kind}"
+        if self.check is None:
+            return "compiled"
+        if not self.check.accepted:
+            return f"rejected:{self.check.first_rule}"
+        if self.timing is None or not self.timing.measured:
+            return "verified"
+        return f"verified:{self.timing.candidate_ms:.4f}ms"
+
+
+class BestKernel(Record):
+    """The best verified kernel so far: the only kernel that crosses a stage boundary."""
+
+    candidate: Candidate
+    check: CheckReport
+    timing: TimingReport | None = None
+    profile: ProfileReport | None = None
+    compile: CompileReport | None = None
+
+
+class StageDecision(Record):
+    stage: str
+    outcome: Literal["improved", "kept", "failed", "skipped"]
+    changed: str  # what the stage changed in the kernel ("nothing" when kept)
+    why: str  # the evidence behind the decision
+    best_candidate_id: str | None = None
+    speedup_entry: float | None = None  # vs eager, of the kernel entering the stage
+    speedup_exit: float | None = None
+    attempts: int = 0
+    verified_attempts: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoleUsage(Record):
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+
+
+class Usage(Record):
+    """Usage keyed by "<stage>/<role>"; tool time keyed by "<stage>/tools"."""
+
+    by_key: dict[str, RoleUsage] = Field(default_factory=dict)
+
+    def total(self) -> RoleUsage:
+        t = RoleUsage()
+        for u in self.by_key.values():
+            t = RoleUsage(
+                calls=t.calls + u.calls,
+                input_tokens=t.input_tokens + u.input_tokens,
+                output_tokens=t.output_tokens + u.output_tokens,
+                seconds=t.seconds + u.seconds,
+            )
+        return t

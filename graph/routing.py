@@ -1,0 +1,50 @@
+"""Pure routing functions: where the graph goes after each node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.stages import STAGE_ORDER
+
+
+def route_after_start(state: dict[str, Any]) -> str:
+    return "boundary" if state.get("exhausted") else "code"
+
+
+def route_after_code(state: dict[str, Any]) -> str:
+    att = state.get("current")
+    if state.get("exhausted") or att is None:
+        return "finish"
+    if att.compile is not None:  # the reply was unusable: already a failed attempt
+        return "decide"
+    return "compile"
+
+
+def route_after_compile(state: dict[str, Any]) -> str:
+    return "check" if state["current"].compile.ok else "debug"
+
+
+def route_after_check(state: dict[str, Any]) -> str:
+    return "time" if state["current"].check.accepted else "debug"
+
+
+def route_after_decide(state: dict[str, Any]) -> str:
+    return "finish" if state.get("exhausted") or state.get("halt") else "code"
+
+
+def route_after_prepare(state: dict[str, Any]) -> str:
+    return "finalize" if state.get("status") == "bad_input" else STAGE_ORDER[0]
+
+
+def next_after_stage(stage: str):
+    """After a stage: the next stage, or finalize when the run cannot usefully go on."""
+    i = STAGE_ORDER.index(stage)
+    nxt = STAGE_ORDER[i + 1] if i + 1 < len(STAGE_ORDER) else "finalize"
+
+    def route(state: dict[str, Any]) -> str:
+        if state.get("halt") or state.get("best") is None:
+            return "finalize"
+        return nxt
+
+    route.__name__ = f"route_after_{stage}"
+    return route

@@ -1,0 +1,179 @@
+"""Stage entry, seed selection and the stage boundary.
+
+The boundary reduces a stage to its final decision and the best verified kernel: nothing else of
+the stage (attempts, advice, transcripts) reaches the parent graph or a later stage.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from graph.records import Attempt, BestKernel, StageDecision
+from graph.reducers import beats
+from graph.stages import StageSpec
+from nodes.common import best_of, log, settings_of
+
+
+def make_start_node(spec: StageSpec):
+    def start(state: dict[str, Any]) -> dict[str, Any]:
+        settings = settings_of(state)
+        entry = state.get("best")
+        skip = spec.name not in settings.stages or (spec.kind == "tune" and entry is None) or bool(state.get("halt"))
+        log.info("stage.start", stage=spec.name, skip=skip, entry=entry.candidate.id if entry else None)
+        return {
+            "entry": entry,
+            "stage_best": None,
+            "mode": "seed" if spec.kind == "explore" else "tune",
+            "n_seeds": settings.seeds,
+            "iteration": 0,
+            "fixes": 0,
+            "advice": None,
+            # A stage with no budget writes nothing (the algorithm stage still runs its seeds).
+            "exhausted": skip or (spec.kind == "tune" and settings.budget_for(spec.name) <= 0),
+        }
+
+    return start
+
+
+def _seed_index(a: Attempt) -> int:
+    m = re.search(r"\.seed(\d+)\.", a.candidate.id)
+    return int(m.group(1)) if m else 0
+
+
+def select_seed(results: list[Attempt]) -> BestKernel | None:
+    """The best verified seed: the first in seed order, replaced only by one measurably faster."""
+    chosen: BestKernel | None = None
+    for a in sorted(results, key=lambda a: (_seed_index(a), a.candidate.id)):
+        if not a.verified:
+            continue
+        if chosen is None or beats(a.timing, chosen.timing):
+            chosen = best_of(a)
+    return chosen
+
+
+def make_select_node(spec: StageSpec):
+    def select(state: dict[str, Any]) -> dict[str, Any]:
+        results = sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
+        chosen = select_seed(results)
+        log.info("select", stage=spec.name, seeds=len(results), chosen=chosen.candidate.id if chosen else None)
+        return {
+            "stage_best": chosen,
+            "attempts": results,
+            "mode": "refine",
+            "iteration": 0,
+            "fixes": 0,
+            "advice": None,
+            "exhausted": chosen is None or settings_of(state).budget_for(spec.name) <= 0,
+        }
+
+    return select
+
+
+def _ms(b: BestKernel | None) -> str:
+    if b is None or b.timing is None or not b.timing.measured or b.timing.candidate_ms is None:
+        return "not timed"
+    return f"{b.timing.candidate_ms:.4f} ms"
+
+
+def _speedup(b: BestKernel | None) -> float | None:
+    return b.timing.speedup_vs_eager if b is not None and b.timing is not None else None
+
+
+def _param_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    keys = sorted(set(old) | set(new))
+    parts = [f"{k}: {old.get(k)} -> {new.get(k)}" for k in keys if old.get(k) != new.get(k)]
+    return ", ".join(parts) or "source only"
+
+
+def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision, str | None]:
+    """The stage's final decision (and a failure message when the stage ends the run)."""
+    settings = settings_of(state)
+    entry: BestKernel | None = state.get("entry")
+    best: BestKernel | None = state.get("stage_best") or entry
+    attempts: list[Attempt] = state.get("attempts") or []
+    verified = [a for a in attempts if a.verified]
+    common = {"stage": spec.name, "attempts": len(attempts), "verified_attempts": len(verified)}
+    if spec.name not in settings.stages:
+        return StageDecision(outcome="skipped", changed="nothing", why="not among the requested stages", **common), None
+    if spec.kind == "tune" and entry is None:
+        return StageDecision(outcome="skipped", changed="nothing", why="no verified kernel entered the stage", **common), None
+    if spec.kind == "explore":
+        if best is None:
+            why = state.get("unsupported") or "; ".join(
+                f"{a.candidate.origin}: {a.outcome}" + (f" ({a.diagnosis.diagnosis[:160]})" if a.diagnosis else "")
+                for a in attempts
+            ) or "no candidate was written"
+            if state.get("halt"):
+                why = f"{state['halt']}; {why}"
+            failure = f"unsupported: {state['unsupported']}" if state.get("unsupported") else f"no seed passed verification: {why}"
+            return StageDecision(outcome="failed", changed="nothing", why=why, **common), failure
+        seeds = "; ".join(
+            f"{a.candidate.algorithm or a.candidate.origin} [{a.outcome}]" for a in attempts if a.candidate.stage == spec.name
+        )
+        timed = best.timing is not None and best.timing.measured
+        rule = "fastest measured" if timed else "first verified in the expert's order (timing not measured)"
+        decision = StageDecision(
+            outcome="improved",
+            changed=f"algorithm {best.candidate.algorithm or best.candidate.origin} ({best.candidate.family or 'family n/a'})",
+            why=f"{rule}; tried: {seeds}",
+            best_candidate_id=best.candidate.id,
+            speedup_entry=None,
+            speedup_exit=_speedup(best),
+            params=best.candidate.params,
+            **common,
+        )
+        return decision, None
+    assert entry is not None and best is not None
+    if best.candidate.id != entry.candidate.id:
+        decision = StageDecision(
+            outcome="improved",
+            changed=_param_diff(entry.candidate.params, best.candidate.params),
+            why=f"median {_ms(entry)} -> {_ms(best)} (noise {best.timing.noise or 0:.1%}), {len(verified)}/{len(attempts)} variants verified",
+            best_candidate_id=best.candidate.id,
+            speedup_entry=_speedup(entry),
+            speedup_exit=_speedup(best),
+            params=best.candidate.params,
+            **common,
+        )
+        return decision, None
+    if settings.device != "cuda":
+        why = f"timing needs a CUDA GPU: {len(verified)}/{len(attempts)} variants verified on CPU, none adopted without a measurement"
+    elif attempts:
+        timed = [a for a in verified if a.timing and a.timing.measured]
+        fastest = min((a.timing.candidate_ms for a in timed), default=None)
+        why = (
+            f"no variant beat the incumbent ({_ms(entry)}) by more than noise; fastest variant "
+            f"{fastest:.4f} ms" if fastest is not None else "no variant verified"
+        ) + f"; {len(verified)}/{len(attempts)} verified"
+    else:
+        why = "the code model proposed no change for this stage"
+    if state.get("halt"):
+        why = f"{state['halt']}; {why}"
+    decision = StageDecision(
+        outcome="kept", changed="nothing", why=why, best_candidate_id=entry.candidate.id,
+        speedup_entry=_speedup(entry), speedup_exit=_speedup(entry), params=entry.candidate.params, **common,
+    )
+    return decision, None
+
+
+def make_boundary_node(spec: StageSpec):
+    def boundary(state: dict[str, Any]) -> dict[str, Any]:
+        decision, failure = decide_stage(spec, state)
+        log.info("stage.decision", stage=spec.name, outcome=decision.outcome, changed=decision.changed, why=decision.why[:200])
+        update: dict[str, Any] = {"decisions": [decision], "failure": failure}
+        if state.get("stage_best") is not None:
+            update["best"] = state["stage_best"]
+        return update
+
+    return boundary
+
+
+def make_seed_done_node():
+    def seed_done(state: dict[str, Any]) -> dict[str, Any]:
+        attempts: list[Attempt] = state.get("attempts") or []
+        verified = [a for a in attempts if a.verified]
+        keep = verified[-1:] or attempts[-1:]
+        return {"seed_results": keep}
+
+    return seed_done

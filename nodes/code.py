@@ -1,0 +1,94 @@
+"""The code node: asks the code role for the next candidate (seed, refinement, tuning step or fix)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from graph.records import Attempt, Candidate, CompileReport
+from graph.reducers import usage_of
+from graph.stages import StageSpec
+from nodes.common import brief, incumbent, log, recent, settings_of
+from nodes.deps import Deps, thread_id
+from nodes.models import BudgetExceeded, CodeRequest, ModelFormatError, ModelUnavailableError
+
+
+def wants_fix(state: dict[str, Any], fix_budget: int) -> bool:
+    last = (state.get("attempts") or [None])[-1]
+    return (
+        last is not None
+        and not last.verified
+        and last.diagnosis is not None
+        and bool(last.candidate.source)
+        and 0 < state.get("fixes", 0) <= fix_budget
+    )
+
+
+def make_code_node(spec: StageSpec, deps: Deps):
+    def code(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        settings = settings_of(state)
+        if state.get("halt"):
+            return {"exhausted": True, "current": None}
+        if settings.run_seconds and time.time() - state.get("started_at", time.time()) > settings.run_seconds:
+            return {"halt": f"run wall-time budget of {settings.run_seconds:g} s exhausted", "exhausted": True, "current": None}
+        models = deps.models(settings, thread_id(config))
+        base_mode = state.get("mode", "tune")
+        fixing = wants_fix(state, settings.fix_budget)
+        last = (state.get("attempts") or [None])[-1]
+        req = CodeRequest(
+            mode="fix" if fixing else base_mode,
+            stage=brief(spec),
+            task=state["task"],
+            desc=state["desc"],
+            seed_index=state.get("seed_index", 0),
+            n_seeds=state.get("n_seeds", 1),
+            best=None if base_mode == "seed" else incumbent(state),
+            failed=last if fixing else None,
+            diagnosis=last.diagnosis if fixing and last is not None else None,
+            advice=state.get("advice"),
+            recent=recent(state, settings.recent_k),
+            decisions=state.get("decisions") or [],
+            iteration=state.get("iteration", 0),
+        )
+        ident = f"{spec.name}.{base_mode}{state.get('seed_index', '') if base_mode == 'seed' else ''}.{req.iteration}"
+        t0 = time.perf_counter()
+        try:
+            reply = models.code.write(req)
+        except (ModelUnavailableError, BudgetExceeded) as e:
+            log.warning("code.halt", stage=spec.name, iteration=req.iteration, reason=str(e))
+            return {"halt": str(e), "exhausted": True, "current": None}
+        except ModelFormatError as e:
+            # The reply was unusable: a failed attempt, recorded like any other.
+            cand = Candidate(id=ident, source="", stage=spec.name, origin=f"{req.mode}:unusable-reply")
+            att = Attempt(candidate=cand, compile=CompileReport(ok=False, error_kind="model_format", error=str(e)))
+            log.warning("code.unusable_reply", stage=spec.name, iteration=req.iteration, error=str(e)[:200])
+            return {"current": att}
+        usage = usage_of(f"{spec.name}/code", reply.usage.model_copy(update={"seconds": time.perf_counter() - t0, "calls": max(1, reply.usage.calls)}))
+        if reply.unsupported:
+            log.info("code.unsupported", stage=spec.name, reason=reply.unsupported)
+            return {"unsupported": reply.unsupported, "exhausted": True, "current": None, "usage": usage}
+        if reply.source is None:
+            log.info("code.exhausted", stage=spec.name, mode=req.mode, iteration=req.iteration)
+            return {"exhausted": True, "current": None, "usage": usage}
+        digest = hashlib.sha256(reply.source.encode()).hexdigest()[:8]
+        cand = Candidate(
+            id=f"{ident}.{digest}",
+            source=reply.source,
+            stage=spec.name,
+            origin=reply.origin if reply.origin.split(":", 1)[0] == req.mode else f"{req.mode}:{reply.origin or 'step'}",
+            family=reply.family,
+            algorithm=reply.algorithm,
+            params=reply.params,
+            parent_id=req.best.candidate.id if req.best else (last.candidate.id if fixing and last else None),
+            prompt=reply.prompt,
+        )
+        log.info("code", stage=spec.name, mode=req.mode, iteration=req.iteration, candidate=cand.id, origin=cand.origin)
+        update: dict[str, Any] = {"current": Attempt(candidate=cand), "usage": usage}
+        if not fixing:
+            update["fixes"] = 0
+        return update
+
+    return code

@@ -1,0 +1,57 @@
+"""The debugger node: turns a compile error, runtime error or mismatch into a fix plan."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from graph.records import Attempt, Diagnosis
+from graph.reducers import usage_of
+from graph.stages import StageSpec
+from nodes.common import brief, log, recent, settings_of
+from nodes.deps import Deps, thread_id
+from nodes.models import BudgetExceeded, DebuggerRequest, ModelFormatError, ModelUnavailableError
+
+
+def deterministic_diagnosis(att: Attempt) -> Diagnosis:
+    if att.compile is not None and not att.compile.ok:
+        where = f" at line {att.compile.error_line}" if att.compile.error_line else ""
+        return Diagnosis(
+            rule=f"compile.{att.compile.error_kind or 'error'}",
+            diagnosis=f"compilation failed{where}: {(att.compile.error or '')[:400]}",
+            fix_plan="return to the last verified kernel and apply a smaller change",
+            source="deterministic",
+        )
+    reasons = att.check.reasons if att.check is not None else []
+    return Diagnosis(
+        rule=(reasons[0].split(":", 1)[0] if reasons else "check"),
+        diagnosis="; ".join(reasons)[:600] or "rejected by the checker",
+        fix_plan="return to the last verified kernel and apply a smaller change",
+        source="deterministic",
+    )
+
+
+def make_debug_node(spec: StageSpec, deps: Deps):
+    def debug(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        att: Attempt = state["current"]
+        settings = settings_of(state)
+        update: dict[str, Any] = {"fixes": state.get("fixes", 0) + 1}
+        diagnosis = deterministic_diagnosis(att)
+        if att.candidate.source:  # an unusable model reply has no code to debug
+            models = deps.models(settings, thread_id(config))
+            req = DebuggerRequest(stage=brief(spec), desc=state["desc"], attempt=att, recent=recent(state, settings.recent_k))
+            t0 = time.perf_counter()
+            try:
+                diagnosis, usage = models.debugger.diagnose(req)
+                update["usage"] = usage_of(f"{spec.name}/debugger", usage.model_copy(update={"seconds": time.perf_counter() - t0, "calls": max(1, usage.calls)}))
+            except ModelFormatError as e:
+                log.warning("debugger.unusable_reply", stage=spec.name, error=str(e)[:200])
+            except (ModelUnavailableError, BudgetExceeded) as e:
+                update["halt"] = str(e)
+        log.info("debug", stage=spec.name, candidate=att.candidate.id, rule=diagnosis.rule, source=diagnosis.source)
+        update["current"] = att.model_copy(update={"diagnosis": diagnosis})
+        return update
+
+    return debug

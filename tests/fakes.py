@@ -1,0 +1,133 @@
+"""Test doubles: a scripted toolbox and scripted role models (no subprocess, no torch, no network).
+
+Candidate sources are tiny scripts of directives the fake toolbox reads, e.g.
+`# ms=0.50` (timed median), `# compile_error`, `# mismatch`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from graph.records import (
+    CheckReport,
+    CompileReport,
+    Diagnosis,
+    ProfilerAdvice,
+    ProfileReport,
+    RoleUsage,
+    TaskDescription,
+    TaskSpec,
+    TensorInfo,
+    TimingReport,
+)
+from nodes.models import CodeReply, CodeRequest, DebuggerRequest, ModelSet, ProfilerRequest
+
+
+class BadTask(Exception):
+    pass
+
+
+class FakeToolbox:
+    def __init__(self, device: str = "cuda", eager_ms: float = 1.0):
+        self.device = device
+        self.eager_ms = eager_ms
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def _log(self, kind: str, source: str) -> None:
+        with self._lock:
+            self.calls.append((kind, source))
+
+    def describe(self, task: TaskSpec, *, shrink: bool) -> TaskDescription:
+        from tools.errors import BadTaskError
+
+        if "class Model" not in task.source:
+            raise BadTaskError("task defines no `class Model`")
+        return TaskDescription(
+            name=task.name, source=task.source, inputs=[TensorInfo(shape=[8, 8], dtype="float32")],
+            outputs=[TensorInfo(shape=[8, 8], dtype="float32")], constants={"N": 8}, sizes_used={"N": 8},
+            flops=64.0, bytes_moved=512.0, device=task.device,
+        )
+
+    def compile(self, task: TaskSpec, source: str) -> CompileReport:
+        self._log("compile", source)
+        if "compile_error" in source:
+            return CompileReport(ok=False, error="triton: bad", error_kind="triton", error_line=3)
+        return CompileReport(ok=True)
+
+    def check(self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: Any = None) -> CheckReport:
+        self._log("check", source)
+        if "mismatch" in source:
+            return CheckReport(accepted=False, reasons=["mismatch: trial 0 max_abs_err 1.0 > tol 1e-4"], trials=1)
+        return CheckReport(accepted=True, trials=5, max_abs_err=1e-7, max_rel_err=1e-7, policy=policy)
+
+    def _timing(self, source: str, with_compile: bool) -> TimingReport:
+        if self.device != "cuda":
+            return TimingReport(measured=False, reason="timing needs a CUDA GPU; not measured on CPU")
+        m = re.search(r"ms=([0-9.]+)", source)
+        ms = float(m.group(1)) if m else 1.0
+        return TimingReport(
+            measured=True, candidate_ms=ms, candidate_p20_ms=ms, candidate_p80_ms=ms, eager_ms=self.eager_ms,
+            compile_ms=0.8 * self.eager_ms if with_compile else None, noise=0.005,
+        )
+
+    def time(self, task: TaskSpec, source: str) -> TimingReport:
+        self._log("time", source)
+        return self._timing(source, False)
+
+    def benchmark(self, task: TaskSpec, source: str) -> TimingReport:
+        self._log("benchmark", source)
+        return self._timing(source, True)
+
+    def profile(self, desc, timing, compile) -> ProfileReport:
+        return ProfileReport(bottleneck="memory" if timing and timing.measured else "unknown", evidence=["fake"])
+
+
+class ScriptedCode:
+    """Seeds and stage steps from a script: {(stage, mode): [source, ...]} consumed by iteration."""
+
+    name = "scripted"
+
+    def __init__(self, script: dict[tuple[str, str], list[str | None]], unsupported: str | None = None):
+        self.script = script
+        self.unsupported = unsupported
+        self.requests: list[CodeRequest] = []
+        self._lock = threading.Lock()
+
+    def write(self, req: CodeRequest) -> CodeReply:
+        with self._lock:
+            self.requests.append(req)
+        if self.unsupported:
+            return CodeReply(source=None, unsupported=self.unsupported)
+        seq = self.script.get((req.stage.name, req.mode), [])
+        i = req.seed_index if req.mode == "seed" else req.iteration
+        if req.mode == "refine" or req.mode == "tune":
+            i = sum(1 for r in req.recent if r.origin.startswith(req.mode))
+        if req.mode == "fix":
+            i = 0
+        if i >= len(seq) or seq[i] is None:
+            return CodeReply(source=None)
+        src = seq[i]
+        params = dict(re.findall(r"(\w+)=(\w+)", src))
+        return CodeReply(source=src, origin=f"{req.mode}:{i}", algorithm=f"alg{i}", family="fake", params=params,
+                         usage=RoleUsage(calls=1, input_tokens=100, output_tokens=20))
+
+
+class FakeProfiler:
+    name = "fake"
+
+    def advise(self, req: ProfilerRequest):
+        return ProfilerAdvice(bottleneck=req.profile.bottleneck, evidence=["fake"], plan="go"), RoleUsage(calls=1)
+
+
+class FakeDebugger:
+    name = "fake"
+
+    def diagnose(self, req: DebuggerRequest):
+        return Diagnosis(rule="x", diagnosis="broken", fix_plan="fix it"), RoleUsage(calls=1)
+
+
+def scripted_models(code: ScriptedCode) -> ModelSet:
+    return ModelSet(code=code, profiler=FakeProfiler(), debugger=FakeDebugger())

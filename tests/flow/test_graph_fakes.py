@@ -1,0 +1,125 @@
+"""Full-graph runs with a scripted toolbox and scripted models: the graph's logic, no subprocesses."""
+
+import sqlite3
+
+import pytest
+from fakes import FakeToolbox, ScriptedCode, scripted_models
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from graph.context import Context
+from graph.main import build_graph
+from graph.persistence import serde
+from graph.records import TaskSpec
+from nodes.deps import Deps
+
+TASK = TaskSpec(path="t.py", name="t", source="class Model: pass\nN = 8\n")
+
+SCRIPT = {
+    ("algorithm", "seed"): ["# seed0 ms=0.9", "# seed1 ms=0.5 compile_error", "# seed2 ms=0.6", "# seed3 mismatch"],
+    ("algorithm", "fix"): ["# fixed ms=0.45"],
+    ("algorithm", "refine"): ["# refine ms=0.40"],
+    ("mapping", "tune"): ["# m1 G=2 ms=0.41", "# m2 G=4 ms=0.30"],
+    ("tiling", "tune"): ["# t1 B=64 ms=0.35"],
+    ("memory", "tune"): ["# w W=8 ms=0.299"],
+}
+
+
+def run(script=SCRIPT, device="cuda", checkpointer=None, thread="t", unsupported=None, **settings):
+    code = ScriptedCode(script, unsupported=unsupported)
+    tb = FakeToolbox(device=device)
+    deps = Deps(toolbox=tb, model_factory=lambda s, t: scripted_models(code))
+    g = build_graph(deps).compile(checkpointer=checkpointer or InMemorySaver())
+    ctx = Context(device=device, **settings)
+    cfg = {"configurable": {"thread_id": thread}, "recursion_limit": 300}
+    out = g.invoke({"task": TASK, "settings": ctx.to_dict()}, cfg, context=ctx)
+    return out, code, tb, g, cfg
+
+
+def test_full_run_improves_stage_by_stage():
+    out, code, tb, _, _ = run()
+    assert out["status"] == "verified"
+    by = {d.stage: d for d in out["decisions"]}
+    assert [d.stage for d in out["decisions"]] == ["algorithm", "mapping", "tiling", "memory"]
+    assert by["algorithm"].outcome == "improved" and by["algorithm"].speedup_exit == pytest.approx(1 / 0.40)
+    assert by["mapping"].outcome == "improved" and "G: None -> 4" in by["mapping"].changed
+    assert by["tiling"].outcome == "kept"  # 0.35 ms is slower than 0.30 ms
+    assert by["memory"].outcome == "kept"  # 0.299 vs 0.30 is within noise
+    assert out["best"].candidate.source == "# m2 G=4 ms=0.30"
+    assert out["final"].candidate_ms == pytest.approx(0.30) and out["final"].compile_ms is not None
+    # every candidate went through compile; the mismatching and broken ones never got timed
+    timed = [s for k, s in tb.calls if k == "time"]
+    assert not any("mismatch" in s or "compile_error" in s for s in timed)
+    assert out["usage"].by_key["algorithm/code"].calls >= 4
+
+
+def test_parent_state_holds_only_decisions_not_transcripts():
+    out, code, *_ = run()
+    assert not {"attempts", "current", "seed_results", "advice", "stage_best"} & set(out)
+    mapping_reqs = [r for r in code.requests if r.stage.name == "mapping"]
+    assert mapping_reqs
+    for r in mapping_reqs:
+        # a later stage sees the best kernel and earlier decisions, never earlier attempts
+        assert all(s.candidate_id.startswith("mapping.") for s in r.recent)
+        assert [d.stage for d in r.decisions] == ["algorithm"]
+    assert mapping_reqs[0].best is not None and mapping_reqs[0].best.candidate.stage == "algorithm"
+
+
+def test_seeds_fan_out_in_parallel_and_failed_seed_is_repaired():
+    out, code, *_ = run()
+    seeds = sorted(r.seed_index for r in code.requests if r.mode == "seed")
+    assert seeds == [0, 1, 2, 3]
+    fixes = [r for r in code.requests if r.mode == "fix"]
+    assert fixes and all(r.failed is not None and r.diagnosis is not None for r in fixes)
+
+
+def test_cpu_run_verifies_but_never_claims_speed():
+    out, *_ = run(device="cpu")
+    assert out["status"] == "verified"
+    assert out["final"].measured is False
+    by = {d.stage: d for d in out["decisions"]}
+    assert "timing needs a CUDA GPU" in by["mapping"].why and by["mapping"].outcome == "kept"
+    assert by["algorithm"].speedup_exit is None
+
+
+def test_unsupported_task_ends_without_kernel():
+    out, *_ = run(unsupported="torch.fft.fft is not covered")
+    assert out["status"] == "no_kernel" and "not covered" in out["failure"]
+    assert out.get("best") is None
+    assert [d.stage for d in out["decisions"]] == ["algorithm"]
+
+
+def test_no_seed_verifies_reports_every_failure():
+    script = {("algorithm", "seed"): ["# a mismatch", "# b compile_error"], ("algorithm", "fix"): ["# still mismatch"]}
+    out, *_ = run(script=script, seeds=2)
+    assert out["status"] == "no_kernel"
+    assert "no seed passed verification" in out["failure"]
+
+
+def test_bad_task_goes_straight_to_finalize():
+    code = ScriptedCode(SCRIPT)
+    deps = Deps(toolbox=FakeToolbox(), model_factory=lambda s, t: scripted_models(code))
+    g = build_graph(deps).compile(checkpointer=InMemorySaver())
+    bad = TaskSpec(path="b.py", name="b", source="x = 1\n")
+    out = g.invoke({"task": bad, "settings": Context().to_dict()}, {"configurable": {"thread_id": "b"}})
+    assert out["status"] == "bad_input" and "class Model" in out["failure"]
+    assert not code.requests
+
+
+def test_replay_from_tiling_reproduces_decisions(tmp_path):
+    conn = sqlite3.connect(str(tmp_path / "ck.sqlite"), check_same_thread=False)
+    saver = SqliteSaver(conn, serde=serde())
+    out, _, _, g, cfg = run(checkpointer=saver, thread="r")
+    hist = list(g.get_state_history(cfg))
+    start = next(s for s in hist if s.next == ("tiling",))
+    again = g.invoke(None, start.config, context=Context(device="cuda"))
+    assert [d.model_dump() for d in again["decisions"]] == [d.model_dump() for d in out["decisions"]]
+    assert again["best"].candidate.id == out["best"].candidate.id
+
+
+def test_stages_option_skips_tuning():
+    out, code, *_ = run(stages=("algorithm",))
+    by = {d.stage: d for d in out["decisions"]}
+    assert by["algorithm"].outcome == "improved"
+    assert all(by[s].outcome == "skipped" for s in ("mapping", "tiling", "memory"))
+    assert not [r for r in code.requests if r.stage.name != "algorithm"]
