@@ -114,7 +114,8 @@ def run_graph(compiled, inputs: dict | None, config: dict, context, *, quiet: bo
             line = _describe_update(ns, node, upd)
             if line:
                 out_console.print(line, highlight=False)
-    return compiled.get_state(config).values
+    # The thread's newest state (a replay's config names its starting checkpoint, not the result).
+    return compiled.get_state({"configurable": {"thread_id": config["configurable"]["thread_id"]}}).values
 
 
 def _write_outputs(values: dict, out: Path, thread: str, wall_s: float) -> dict:

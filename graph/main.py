@@ -1,8 +1,8 @@
 """The top-level EGG graph: prepare -> algorithm -> mapping -> tiling -> memory -> finalize.
 
 `build_graph(deps)` returns the uncompiled StateGraph; `compile_graph(deps, checkpointer)` compiles
-it. `graph` (for langgraph.json / `langgraph dev`) is compiled without a checkpointer: the server
-provides persistence.
+it. `graph.studio.graph` (for langgraph.json / `langgraph dev`) is compiled without a checkpointer: the
+server provides persistence.
 """
 
 from __future__ import annotations
@@ -46,10 +46,3 @@ def build_graph(deps: Deps) -> StateGraph:
 
 def compile_graph(deps: Deps | None = None, checkpointer: Any = None):
     return build_graph(deps or default_deps()).compile(checkpointer=checkpointer, name="egg")
-
-
-def __getattr__(name: str):
-    # `graph` is built on first access so importing this module stays cheap for tests and the CLI.
-    if name == "graph":
-        return compile_graph()
-    raise AttributeError(name)

@@ -13,8 +13,8 @@ from typing import Annotated, Any, TypedDict
 from graph.records import (
     Attempt,
     BestKernel,
-    ProfileReport,
     ProfilerAdvice,
+    ProfileReport,
     StageDecision,
     TaskDescription,
     TaskSpec,

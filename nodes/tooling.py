@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.reducers import usage_of
 from graph.records import RoleUsage
+from graph.reducers import usage_of
 from graph.stages import StageSpec
 from nodes.common import Stopwatch, log, settings_of
 from nodes.deps import Deps

@@ -1,0 +1,67 @@
+"""A real `langgraph dev` server (offline) serving the graph; one run driven through langgraph_sdk."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def server(tmp_path):
+    port = _free_port()
+    env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "EGG_HOME": str(tmp_path / "egg")}
+    log = open(tmp_path / "server.log", "w")
+    cli = Path(sys.executable).parent / "langgraph"
+    proc = subprocess.Popen(
+        [str(cli), "dev", "--port", str(port), "--no-browser", "--no-reload", "--config", "langgraph.json"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError("langgraph dev exited:\n" + (tmp_path / "server.log").read_text()[-3000:])
+        try:
+            with urllib.request.urlopen(url + "/ok", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        raise AssertionError("langgraph dev did not come up:\n" + (tmp_path / "server.log").read_text()[-3000:])
+    yield url
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=30)
+
+
+def test_langgraph_dev_runs_the_graph(server):
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    assistants = client.assistants.search(graph_id="egg")
+    assert assistants, "graph `egg` is not registered"
+    thread = client.threads.create()
+    settings = {"device": "cpu", "seeds": 1, "stages": ["algorithm"], "refine_budget": 0}
+    final = client.runs.wait(
+        thread["thread_id"], "egg",
+        input={"task_path": str(ROOT / "examples" / "softmax.py"), "settings": settings},
+        config={"recursion_limit": 200},
+    )
+    assert final["status"] == "verified", final.get("failure")
+    assert final["decisions"][0]["stage"] == "algorithm" and final["decisions"][0]["outcome"] == "improved"
+    history = client.threads.get_history(thread["thread_id"], limit=50)
+    nexts = [tuple(h["next"]) for h in history]
+    assert ("algorithm",) in nexts and ("finalize",) in nexts
