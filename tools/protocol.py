@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graph.records import Device, Policy
 
-JobKind = Literal["describe", "compile", "check", "time", "benchmark", "selftest"]
+JobKind = Literal["describe", "compile", "check", "time", "benchmark", "evaluate", "selftest"]
 
 
 class Job(BaseModel):

@@ -1,0 +1,10 @@
+# ruff: noqa
+# expect: static.no_kernel
+# task: relu
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)

@@ -1,0 +1,98 @@
+"""GPU-only checks of the tool layer (run on the H200: `pytest -m gpu tests/tools/test_gpu.py`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from graph.records import TaskSpec
+from tools.protocol import Job
+from tools.sandbox import run_job
+from tools.toolbox import Toolbox
+
+
+def _cuda() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    res = run_job(Job(kind="selftest", task_path="", task_source="", device="cuda", options={"what": "env"}),
+                  timeout_s=120)
+    return bool(res.ok and res.payload.get("cuda"))
+
+
+pytestmark = [pytest.mark.gpu]
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+HAS_CUDA = _cuda() if shutil.which("nvidia-smi") else False
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+TB = Toolbox(timeout_s=240)
+FILES = (sorted((CORPUS / "cheats").glob("*.py")) + sorted((CORPUS / "good").glob("*.py"))
+         + sorted((CORPUS / "gpu_faults").glob("*.py")))
+
+
+def _meta(p: Path, key: str) -> str | None:
+    m = re.search(rf"^# {key}: (\S+)", p.read_text(), re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def _task(name: str, overrides: dict[str, int] | None = None) -> TaskSpec:
+    p = CORPUS / "tasks" / f"{name}.py"
+    return TaskSpec(path=str(p), name=name, source=p.read_text(), device="cuda", size_overrides=overrides or {})
+
+
+@pytest.fixture(scope="module")
+def reports():
+    with ThreadPoolExecutor(4) as ex:
+        res = list(ex.map(lambda p: TB.check(_task(_meta(p, "task")), p.read_text()), FILES))
+    return dict(zip([p.name for p in FILES], res, strict=True))
+
+
+@needs_cuda
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_corpus_on_cuda(path: Path, reports) -> None:
+    r = reports[path.name]
+    exp = _meta(path, "expect")
+    assert r.device == "cuda"
+    if exp is None:
+        assert r.accepted, r.reasons
+    else:
+        rules = [x.split(":", 1)[0] for x in r.reasons]
+        assert not r.accepted and any(e in rules for e in exp.split("|")), r.reasons
+
+
+@needs_cuda
+def test_timing_is_stable_and_complete() -> None:
+    task = _task("relu", {"BATCH": 8192, "DIM": 8192})
+    src = (CORPUS / "good" / "relu_good.py").read_text()
+    runs = [TB.time(task, src) for _ in range(5)]
+    assert all(r.measured for r in runs), [r.reason for r in runs]
+    meds = [r.candidate_ms for r in runs]
+    assert (max(meds) - min(meds)) / statistics.median(meds) <= 0.02, meds
+    r = runs[0]
+    assert r.candidate_launches == 1 and r.eager_ms and r.noise is not None
+    assert r.candidate_p20_ms <= r.candidate_ms <= r.candidate_p80_ms
+    assert r.env and r.env.gpu and r.env.torch and r.env.triton and r.env.cuda
+
+
+@needs_cuda
+def test_benchmark_has_compile_baseline() -> None:
+    r = TB.benchmark(_task("softmax", {"BATCH": 4096, "DIM": 1024}), (CORPUS / "good" / "softmax_good.py").read_text())
+    assert r.measured and r.compile_ms and r.eager_ms and r.cudagraph_ms
+
+
+@needs_cuda
+def test_speed_of_light_rejection_path() -> None:
+    job = Job(kind="time", task_path="", task_source=(CORPUS / "tasks" / "relu.py").read_text(), device="cuda",
+              candidate_source=(CORPUS / "good" / "relu_good.py").read_text(), options={"sol_scale": 1e6})
+    res = run_job(job, timeout_s=240)
+    assert res.ok and res.payload["measured"] is False
+    assert res.payload["reason"].startswith("timing.speed_of_light:")
+
+
+@needs_cuda
+def test_compile_on_gpu_reports_kernels() -> None:
+    r = TB.compile(_task("matmul"), (CORPUS / "good" / "matmul_good.py").read_text())
+    assert r.ok and r.kernels[0].registers

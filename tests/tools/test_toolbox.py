@@ -1,0 +1,138 @@
+"""Toolbox API: describe/shrink, bad tasks, compile reports and line mapping, profile, beats, egg check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graph.records import (
+    CompileReport,
+    Environment,
+    KernelCompileInfo,
+    TaskDescription,
+    TaskSpec,
+    TensorInfo,
+    TimingReport,
+)
+from tools.check_cmd import check_command
+from tools.toolbox import BadTaskError, Toolbox, beats
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+TB = Toolbox(timeout_s=120)
+
+
+def task(name: str, **kw) -> TaskSpec:
+    p = CORPUS / "tasks" / f"{name}.py"
+    return TaskSpec(path=str(p), name=name, source=p.read_text(), **kw)
+
+
+def test_describe_shrinks_large_task_keeping_small_constants() -> None:
+    d = TB.describe(task("big_softmax"), shrink=True)
+    s = d.sizes_used
+    assert s["KERNEL"] == 3
+    assert s["BATCH"] * s["DIM"] * 2 <= 2**18
+    assert s["BATCH"] < 4096 and s["DIM"] < 8192
+    assert d.inputs[0].shape == [s["BATCH"], s["DIM"]] and d.outputs[0].shape == d.inputs[0].shape
+    assert d.constants["BATCH"] == 4096  # as written
+    assert d.bytes_moved == pytest.approx(2 * 4 * s["BATCH"] * s["DIM"])
+
+
+def test_describe_matmul_flops_params_and_overrides() -> None:
+    d = TB.describe(task("matmul", size_overrides={"M": 32}), shrink=False)
+    assert d.sizes_used["M"] == 32 and d.outputs[0].shape == [32, 48]
+    assert d.flops == pytest.approx(2 * 32 * 64 * 48)
+    d2 = TB.describe(task("linear_relu"), shrink=False)
+    assert {p.name for p in d2.params} == {"fc.weight", "fc.bias"}
+    assert d2.init_args == [64, 48]
+
+
+def test_bad_task_raises_one_line() -> None:
+    with pytest.raises(BadTaskError) as e:
+        TB.describe(task("bad_no_inputs"), shrink=True)
+    assert "get_inputs" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(BadTaskError, match="unknown"):
+        TB.describe(task("relu", size_overrides={"NOPE": 3}), shrink=False)
+
+
+def test_compile_reports_registers_and_constants() -> None:
+    r = TB.compile(task("matmul"), (CORPUS / "good" / "matmul_good.py").read_text())
+    assert r.ok, r.error
+    k = r.kernels[0]
+    assert k.name == "matmul_kernel" and k.registers and k.registers > 0 and k.spills == 0
+    assert k.constants["BM"] == 32 and k.shared_bytes and k.shared_bytes > 0
+
+
+@pytest.mark.parametrize(
+    "source,kind,line",
+    [
+        ("import torch\n\ndef f(:\n    pass\n", "syntax", 3),
+        ("import torch\nimport triton\nx = undefined_name + 1\n", "import", 3),
+        ((CORPUS / "broken" / "triton_error.py").read_text(), "triton", 15),
+        ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+         "        return x\n", "no_kernel", None),
+    ],
+    ids=["syntax", "import", "triton", "no_kernel"],
+)
+def test_compile_errors_map_to_candidate_lines(source: str, kind: str, line: int | None) -> None:
+    r = TB.compile(task("relu"), source)
+    assert not r.ok and r.error_kind == kind, r
+    assert r.error_line == line
+    assert r.error
+
+
+def test_time_on_cpu_is_not_measured() -> None:
+    t = TB.time(task("relu"), "irrelevant")
+    assert not t.measured and t.reason == "timing needs a CUDA GPU; not measured on CPU"
+    assert TB.benchmark(task("relu"), "x").measured is False
+
+
+def _timing(ms: float, noise: float, measured: bool = True) -> TimingReport:
+    return TimingReport(measured=measured, candidate_ms=ms, noise=noise, eager_ms=1.0,
+                        env=Environment(gpu="NVIDIA H200"))
+
+
+def test_beats_requires_margin_beyond_noise() -> None:
+    assert beats(_timing(0.90, 0.02), _timing(1.0, 0.02))
+    assert not beats(_timing(0.99, 0.02), _timing(1.0, 0.02))
+    assert not beats(_timing(0.90, 0.15), _timing(1.0, 0.02))
+    assert not beats(_timing(0.5, 0.01, measured=False), _timing(1.0, 0.01))
+
+
+def _desc(flops: float, nbytes: float) -> TaskDescription:
+    return TaskDescription(name="t", source="", inputs=[TensorInfo(shape=[1024], dtype="float32")],
+                           outputs=[TensorInfo(shape=[1024], dtype="float32")], flops=flops, bytes_moved=nbytes)
+
+
+def test_profile_classifies_memory_compute_latency() -> None:
+    comp = CompileReport(ok=True, kernels=[KernelCompileInfo(name="k", num_warps=4, num_stages=2, registers=40,
+                                                             spills=16, shared_bytes=0)])
+    mem = TB.profile(_desc(1e9, 4.3e9), _timing(2.0, 0.01), comp)
+    assert mem.bottleneck == "memory" and mem.achieved_gbps == pytest.approx(2150, rel=1e-3)
+    assert mem.roofline_fraction == pytest.approx(0.5, rel=1e-3)
+    assert any("spills 16" in e for e in mem.evidence) and mem.suggestion
+    assert mem.ncu_skipped
+    cmp_ = TB.profile(_desc(67e12, 1e6), _timing(2000.0, 0.01), None)
+    assert cmp_.bottleneck == "compute" and cmp_.achieved_tflops == pytest.approx(33.5, rel=1e-3)
+    lat = TB.profile(_desc(1e3, 1e4), _timing(0.004, 0.01), None)
+    assert lat.bottleneck == "latency"
+    none = TB.profile(_desc(1e3, 1e4), TimingReport(measured=False, reason="cpu"), None)
+    assert none.bottleneck == "unknown" and none.achieved_gbps is None
+
+
+def test_check_command_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    t = str(CORPUS / "tasks" / "relu.py")
+    assert check_command(t, str(CORPUS / "good" / "relu_good.py"), device="cpu", as_json=True) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"accepted", "reasons", "max_abs_err", "max_rel_err", "trials", "timing"} <= set(out)
+    assert out["accepted"] is True and out["timing"] is None and out["trials"] == 5
+    assert check_command(t, str(CORPUS / "cheats" / "mutates_input.py"), device="cpu") == 1
+    text = capsys.readouterr().out
+    assert "REJECTED" in text and "inputs.mutated:" in text and "policy mixed" in text
+    assert check_command(t, str(CORPUS / "nope.py"), device="cpu") == 2
+    assert "not found" in capsys.readouterr().err
+    assert check_command(str(CORPUS / "tasks" / "bad_no_inputs.py"), str(CORPUS / "good" / "relu_good.py"),
+                         device="cpu", as_json=True) == 2
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["accepted"] is False and "get_inputs" in bad["reasons"][0]

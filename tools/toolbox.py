@@ -1,0 +1,236 @@
+"""What the graph's tool nodes call: describe, compile, check, time, benchmark, profile.
+
+Every method except `profile` runs one sandboxed worker job (tools/sandbox.py). A kernel's
+failure is a value (CompileReport.ok=False, CheckReport.accepted=False, TimingReport.measured=
+False); only infrastructure faults raise ToolInfraError, and an unusable task raises BadTaskError.
+This module never imports torch or triton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from graph.records import (
+    CheckReport,
+    CompileReport,
+    Environment,
+    KernelCompileInfo,
+    ProfileReport,
+    TaskDescription,
+    TaskSpec,
+    TimingReport,
+)
+from graph.reducers import beats  # noqa: F401  (re-exported: the one acceptance rule)
+from tools.errors import BadTaskError, ToolInfraError
+from tools.protocol import Job, JobResult
+from tools.sandbox import run_job
+
+# Peak numbers by GPU name substring; conservative defaults for anything unknown.
+PEAKS: dict[str, dict[str, float]] = {
+    "H200": {"gbps": 4300.0, "tflops_fp32": 67.0, "tflops_tf32": 495.0, "tflops_bf16": 790.0},
+    "H100": {"gbps": 3000.0, "tflops_fp32": 60.0, "tflops_tf32": 400.0, "tflops_bf16": 700.0},
+    "A100": {"gbps": 1800.0, "tflops_fp32": 19.5, "tflops_tf32": 156.0, "tflops_bf16": 312.0},
+}
+DEFAULT_PEAKS = PEAKS["H200"]
+# Below this many microseconds a kernel is dominated by launch latency, not by its work.
+LAUNCH_BOUND_US = 15.0
+
+
+def _fields(model: type, payload: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in payload.items() if k in model.model_fields}
+
+
+class Toolbox:
+    def __init__(self, *, timeout_s: float = 300.0, python: str | None = None):
+        self.timeout_s = timeout_s
+        self.python = python
+        # On a GPU, compile() runs one `evaluate` job (compile, check, time in one fresh process)
+        # and keeps the check and timing reports here until check()/time() ask for them.
+        self._pending: OrderedDict[tuple, dict[str, JobResult]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(task: TaskSpec, source: str, policy: str, tolerance: float | None) -> tuple:
+        digest = hashlib.sha256(f"{task.source}\0{sorted(task.size_overrides.items())}\0{source}".encode()).hexdigest()
+        return (digest, task.device, policy, tolerance)
+
+    def _take(self, key: tuple, part: str) -> JobResult | None:
+        with self._lock:
+            entry = self._pending.get(key)
+            return None if entry is None else entry.pop(part, None)
+
+    def _run(self, job: Job, timeout_s: float | None = None) -> JobResult:
+        try:
+            return run_job(job, timeout_s=timeout_s or self.timeout_s, python=self.python)
+        except OSError as e:
+            raise ToolInfraError(f"could not start the sandbox worker: {e}") from e
+
+    def _job(self, kind: str, task: TaskSpec, **kw: Any) -> Job:
+        return Job(kind=kind, task_path=task.path, task_source=task.source, device=task.device,
+                   size_overrides=dict(task.size_overrides), **kw)
+
+    def describe(self, task: TaskSpec, *, shrink: bool) -> TaskDescription:
+        res = self._run(self._job("describe", task, options={"shrink": shrink, "name": task.name}))
+        if res.error_kind == "bad_task":
+            raise BadTaskError(res.error or "bad task")
+        if not res.ok:
+            if res.error_kind in ("timeout", "crash") :
+                raise BadTaskError(f"loading the task failed ({res.error_kind}): {res.error}")
+            raise ToolInfraError(f"describe failed ({res.error_kind}): {res.error}\n{res.stderr_tail[-2000:]}")
+        return TaskDescription(**_fields(TaskDescription, res.payload))
+
+    def compile(self, task: TaskSpec, source: str, *, policy: str = "mixed",
+                tolerance: float | None = None) -> CompileReport:
+        if task.device == "cuda":
+            return self._evaluate(task, source, policy, tolerance)
+        res = self._run(self._job("compile", task, candidate_source=source))
+        return self._compile_report(res)
+
+    def _evaluate(self, task: TaskSpec, source: str, policy: str, tolerance: float | None) -> CompileReport:
+        opts: dict[str, Any] = {} if tolerance is None else {"tolerance": float(tolerance)}
+        res = self._run(self._job("evaluate", task, candidate_source=source, policy=policy, options=opts))
+        if not res.ok:
+            return self._compile_report(res)
+        parts = dict(res.payload)
+        pending = {}
+        for part in ("check", "time"):
+            if part in parts:
+                pending[part] = res.model_copy(update={"kind": part, "payload": parts[part]})
+        with self._lock:
+            self._pending[self._key(task, source, policy, tolerance)] = pending
+            while len(self._pending) > 64:
+                self._pending.popitem(last=False)
+        return self._compile_report(res.model_copy(update={"kind": "compile", "payload": parts["compile"]}))
+
+    def _compile_report(self, res: JobResult) -> CompileReport:
+        if not res.ok:
+            return self._bad_task_or(res, lambda: CompileReport(
+                ok=False, error_kind="timeout" if res.error_kind == "timeout" else "crash",
+                error=f"{res.error} {_tail(res)}".strip(), seconds=res.seconds))
+        p = dict(res.payload)
+        p["kernels"] = [KernelCompileInfo(**k) for k in p.get("kernels", [])]
+        return CompileReport(**_fields(CompileReport, p))
+
+    def check(self, task: TaskSpec, source: str, *, policy: str = "mixed",
+              tolerance: float | None = None) -> CheckReport:
+        opts: dict[str, Any] = {}
+        if tolerance is not None:
+            opts["tolerance"] = float(tolerance)
+        res = self._take(self._key(task, source, policy, tolerance), "check") or self._run(
+            self._job("check", task, candidate_source=source, policy=policy, options=opts))
+        if not res.ok:
+            rule = {"timeout": "sandbox.timeout", "internal": "sandbox.internal"}.get(res.error_kind or "",
+                                                                                     "sandbox.crash")
+            return self._bad_task_or(res, lambda: CheckReport(
+                accepted=False, reasons=[f"{rule}: {res.error} {_tail(res)}".strip()], policy=policy,
+                device=task.device, seconds=res.seconds))
+        return CheckReport(**_fields(CheckReport, res.payload))
+
+    def _timing(self, kind: str, task: TaskSpec, source: str | None, options: dict[str, Any]) -> TimingReport:
+        if task.device != "cuda":
+            return TimingReport(measured=False, reason="timing needs a CUDA GPU; not measured on CPU")
+        return self._timing_report(self._run(self._job(kind, task, candidate_source=source, options=options)))
+
+    def _timing_report(self, res: JobResult) -> TimingReport:
+        if not res.ok:
+            return self._bad_task_or(res, lambda: TimingReport(
+                measured=False, reason=f"timing.{res.error_kind}: {res.error} {_tail(res)}".strip(),
+                seconds=res.seconds))
+        p = dict(res.payload)
+        if p.get("env"):
+            p["env"] = Environment(**_fields(Environment, p["env"]))
+        return TimingReport(**_fields(TimingReport, p))
+
+    def time(self, task: TaskSpec, source: str, *, policy: str = "mixed",
+             tolerance: float | None = None) -> TimingReport:
+        cached = self._take(self._key(task, source, policy, tolerance), "time")
+        if cached is not None:
+            return self._timing_report(cached)
+        return self._timing("time", task, source, {})
+
+    def benchmark(self, task: TaskSpec, source: str) -> TimingReport:
+        return self._timing("benchmark", task, source, {"cudagraph": True})
+
+    @staticmethod
+    def _bad_task_or(res: JobResult, make):
+        if res.error_kind == "bad_task":
+            raise BadTaskError(res.error or "bad task")
+        return make()
+
+    def profile(self, desc: TaskDescription, timing: TimingReport | None,
+                compile: CompileReport | None) -> ProfileReport:
+        return profile_report(desc, timing, compile)
+
+
+def _tail(res: JobResult) -> str:
+    lines = [ln for ln in (res.stderr_tail or "").strip().splitlines() if ln.strip()]
+    return f"[stderr: {lines[-1][:300]}]" if lines else ""
+
+
+def peaks_for(gpu: str | None) -> dict[str, float]:
+    for key, peaks in PEAKS.items():
+        if gpu and key in gpu:
+            return peaks
+    return DEFAULT_PEAKS
+
+
+def profile_report(desc: TaskDescription, timing: TimingReport | None,
+                   compile: CompileReport | None) -> ProfileReport:
+    flops, nbytes = desc.flops, desc.bytes_moved
+    evidence: list[str] = []
+    if compile is not None and compile.ok:
+        for k in compile.kernels:
+            evidence.append(f"kernel {k.name}: {k.num_warps} warps, {k.num_stages} stages, "
+                            f"{k.registers} regs, {k.spills} B spills, {k.shared_bytes} B shared")
+            if k.spills:
+                evidence.append(f"kernel {k.name} spills {k.spills} bytes: reduce tile size or live values")
+    if timing is None or not timing.measured or not timing.candidate_ms:
+        why = timing.reason if timing is not None and timing.reason else "no timing"
+        return ProfileReport(flops=flops, bytes_moved=nbytes, evidence=evidence + [f"not measured: {why}"],
+                             suggestion=None, ncu_skipped="ncu not run (no GPU timing)")
+    gpu = timing.env.gpu if timing.env else None
+    peaks = peaks_for(gpu)
+    sec = timing.candidate_ms / 1e3
+    gbps = nbytes / sec / 1e9 if nbytes else None
+    tflops = flops / sec / 1e12 if flops else None
+    dt = desc.outputs[0].dtype if desc.outputs else "float32"
+    peak_tf = peaks["tflops_bf16"] if dt in ("float16", "bfloat16") else peaks["tflops_fp32"]
+    mem_frac = gbps / peaks["gbps"] if gbps else 0.0
+    comp_frac = tflops / peak_tf if tflops else 0.0
+    t_mem_us = (nbytes or 0) / (peaks["gbps"] * 1e9) * 1e6
+    t_comp_us = (flops or 0) / (peak_tf * 1e12) * 1e6
+    ideal_us = max(t_mem_us, t_comp_us)
+    us = timing.candidate_ms * 1e3
+    evidence.insert(0, f"candidate {us:.1f} us; ideal {ideal_us:.1f} us "
+                       f"(memory {t_mem_us:.1f} us at {peaks['gbps']:.0f} GB/s, compute {t_comp_us:.1f} us at "
+                       f"{peak_tf:.0f} TFLOP/s)")
+    if gbps is not None:
+        evidence.append(f"achieved {gbps:.0f} GB/s ({mem_frac:.0%} of peak bandwidth)")
+    if tflops is not None:
+        evidence.append(f"achieved {tflops:.2f} TFLOP/s ({comp_frac:.0%} of peak)")
+    if timing.candidate_launches is not None:
+        evidence.append(f"{timing.candidate_launches} launch(es) of the candidate's kernels per forward")
+    if timing.noise is not None:
+        evidence.append(f"timing noise (p80-p20)/median {timing.noise:.1%}")
+    roofline = ideal_us / us if us > 0 else None
+    if us < LAUNCH_BOUND_US or (ideal_us < 0.2 * us and (timing.candidate_launches or 1) > 1 and us < 50):
+        bottleneck = "latency"
+        suggestion = ("latency/launch bound: fuse kernels to cut launches, use fewer larger programs, or "
+                      "CUDA graphs; the work itself is tiny")
+    elif t_mem_us >= t_comp_us:
+        bottleneck = "memory"
+        suggestion = ("memory bound: fuse passes so each byte is read once, vectorize/coalesce loads, "
+                      "use larger blocks per program" if mem_frac < 0.6 else
+                      "memory bound and near peak bandwidth: only reducing bytes moved helps further")
+    else:
+        bottleneck = "compute"
+        suggestion = ("compute bound: use tensor cores (tl.dot) with larger tiles, more stages for "
+                      "pipelining, and check register spills" if comp_frac < 0.6 else
+                      "compute bound near peak: little headroom left")
+    return ProfileReport(flops=flops, bytes_moved=nbytes, achieved_gbps=gbps, achieved_tflops=tflops,
+                         roofline_fraction=roofline, bottleneck=bottleneck, evidence=evidence,
+                         suggestion=suggestion, ncu=None,
+                         ncu_skipped="ncu not run: needs explicit permission and an ncu binary on the GPU host")

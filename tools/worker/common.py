@@ -1,0 +1,337 @@
+"""Shared worker machinery: loading tasks/candidates from source, size overrides, inputs,
+launch hooks on Triton kernels and the PyTorch-op recorder used by the policy rules."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_counter = [0]
+
+
+class BadTask(Exception):
+    """The task file itself is unusable (message is one line, shown to the user)."""
+
+
+class CandidateLoadError(Exception):
+    def __init__(self, msg: str, line: int | None = None, kind: str = "import") -> None:
+        super().__init__(msg)
+        self.line = line
+        self.kind = kind
+
+
+def int_constants(source: str) -> dict[str, int]:
+    """Module-level `NAME = <int literal>` assignments (the task's size constants)."""
+    out: dict[str, int] = {}
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            v = node.value
+            if isinstance(v, ast.Constant) and type(v.value) is int:
+                out[node.targets[0].id] = v.value
+    return out
+
+
+def float_constants(source: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            v = node.value
+            if isinstance(v, ast.Constant) and type(v.value) is float:
+                out[node.targets[0].id] = v.value
+    return out
+
+
+def apply_overrides(source: str, overrides: dict[str, int]) -> str:
+    """Rewrite module-level int constants; unknown names are a bad task (typo protection)."""
+    if not overrides:
+        return source
+    consts = int_constants(source)
+    unknown = sorted(set(overrides) - set(consts))
+    if unknown:
+        raise BadTask(f"size override for unknown module-level int constant(s): {', '.join(unknown)}")
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    # Replace literal spans bottom-up so earlier offsets stay valid; keeps line numbers intact.
+    edits = []
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in overrides):
+            v = node.value
+            edits.append((v.lineno, v.col_offset, v.end_lineno, v.end_col_offset, str(int(overrides[node.targets[0].id]))))
+    for l0, c0, l1, c1, text in sorted(edits, reverse=True):
+        if l0 != l1:
+            raise BadTask("multi-line size constant cannot be overridden")
+        s = lines[l0 - 1]
+        b = s.encode()
+        lines[l0 - 1] = (b[:c0] + text.encode() + b[c1:]).decode()
+    return "".join(lines)
+
+
+def load_module(source: str, stem: str, workdir: str | None = None) -> types.ModuleType:
+    """Exec `source` as a fresh module backed by a real file (Triton reads kernel source via
+    inspect, and tracebacks then carry the file's own line numbers)."""
+    _counter[0] += 1
+    digest = hashlib.sha1(source.encode()).hexdigest()[:8]
+    name = f"egg_{stem}_{digest}_{_counter[0]}"
+    d = Path(workdir or os.getcwd())
+    path = d / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # triton's JIT resolves globals through the module
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def line_in(exc: BaseException, filename_part: str) -> int | None:
+    """The innermost line in a file matching `filename_part`, following `raise ... from` chains
+    (the Triton interpreter wraps the error raised inside the kernel)."""
+    line = None
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            if filename_part in tb.tb_frame.f_code.co_filename:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        e = e.__cause__ or e.__context__
+    return line
+
+
+def one_line(exc: BaseException, limit: int = 400) -> str:
+    msg = str(exc).strip().splitlines()
+    first = next((m for m in msg if m.strip()), "")
+    return f"{type(exc).__name__}: {first}"[:limit]
+
+
+@dataclass
+class LoadedTask:
+    module: types.ModuleType
+    source: str
+    sizes: dict[str, int]
+
+    def init_args(self) -> list[Any]:
+        return list(self.module.get_init_inputs())
+
+    def inputs(self, seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        return list(self.module.get_inputs())
+
+
+def load_task(source: str, overrides: dict[str, int]) -> LoadedTask:
+    src = apply_overrides(source, overrides)
+    try:
+        mod = load_module(src, "task")
+    except SyntaxError as e:
+        raise BadTask(f"task file has a syntax error at line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # the task's own import failed: a bad task, not a worker fault
+        raise BadTask(f"task file failed to import: {one_line(e)}") from None
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, name):
+            raise BadTask(f"task file defines no `{name}` (KernelBench format needs Model, get_inputs, get_init_inputs)")
+    if not (isinstance(mod.Model, type) and issubclass(mod.Model, torch.nn.Module)):
+        raise BadTask("`Model` is not a torch.nn.Module subclass")
+    sizes = int_constants(src)
+    return LoadedTask(mod, src, sizes)
+
+
+def to_device(x: Any, device: str) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(v, device) for v in x)
+    return x
+
+
+def clone_inputs(xs: list[Any]) -> list[Any]:
+    return [x.detach().clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in xs]
+
+
+def upcast(xs: list[Any]) -> list[Any]:
+    return [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in xs]
+
+
+def as_outputs(out: Any) -> list[Any]:
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def numel_of(shape) -> int:
+    return int(math.prod(shape)) if len(shape) else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton launch hooks
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    kernel: Any  # JITFunction or InterpretedFunction
+    name: str
+    module: str
+    args: tuple
+    kwargs: dict
+    grid: Any
+
+
+@dataclass
+class LaunchLog:
+    launches: list[Launch] = field(default_factory=list)
+    record_args: bool = False
+    depth: int = 0
+
+    def count(self, module_prefix: str | None = None) -> int:
+        return sum(1 for x in self.launches if module_prefix is None or x.module.startswith(module_prefix))
+
+
+_ACTIVE: list[LaunchLog] = []
+_PATCHED = [False]
+
+
+def _kernel_module(kernel: Any) -> str:
+    fn = getattr(kernel, "fn", None)
+    return getattr(fn, "__module__", "") or ""
+
+
+def _install_hooks() -> None:
+    if _PATCHED[0]:
+        return
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+
+    def wrap(cls):
+        orig = cls.run
+
+        def run(self, *args, grid, warmup, **kwargs):
+            logs = list(_ACTIVE)
+            if warmup or not logs:
+                return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+            for log in logs:
+                log.launches.append(Launch(self, getattr(self.fn, "__name__", "?"), _kernel_module(self),
+                                           args if log.record_args else (),
+                                           dict(kwargs) if log.record_args else {}, grid))
+                log.depth += 1
+            try:
+                return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                for log in logs:
+                    log.depth -= 1
+
+        cls.run = run
+
+    wrap(jit.JITFunction)
+    wrap(interp.InterpretedFunction)
+    _PATCHED[0] = True
+
+
+@contextlib.contextmanager
+def launch_log(record_args: bool = False):
+    _install_hooks()
+    log = LaunchLog(record_args=record_args)
+    _ACTIVE.append(log)
+    try:
+        yield log
+    finally:
+        _ACTIVE.remove(log)
+
+
+def in_kernel_launch() -> bool:
+    return any(log.depth > 0 for log in _ACTIVE)
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch op recorder (policy) + output poisoning
+# ---------------------------------------------------------------------------------------------
+
+# aten ops that only allocate, view, copy or describe tensors: allowed under both policies.
+_ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+          "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_",
+          "scalar_tensor", "lift_fresh", "lift_fresh_copy", "_local_scalar_dense", "arange", "resize_"}
+_VIEW = {"view", "_unsafe_view", "reshape", "_reshape_alias", "permute", "transpose", "t", "expand",
+         "unsqueeze", "squeeze", "slice", "select", "as_strided", "alias", "detach", "split", "split_with_sizes",
+         "chunk", "unbind", "narrow", "flatten", "unflatten", "view_as", "expand_as", "movedim", "unfold",
+         "contiguous", "clone", "copy_", "_to_copy", "to", "_copy_from", "_copy_from_and_resize",
+         "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "is_nonzero",
+         "set_", "stride", "size", "dim", "numel", "_has_compatible_shallow_copy_type", "record_stream"}
+# Library ops a `mixed` candidate may leave in PyTorch (matmul/linear/convolution families).
+DELEGABLE = {"mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
+             "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+             "cudnn_convolution", "cudnn_convolution_transpose", "mkldnn_convolution", "_mkl_linear",
+             "einsum", "dot", "mv", "addmv", "_addmm_activation", "_convolution_mode",
+             "slow_conv2d_forward", "slow_conv3d_forward", "slow_conv_transpose2d", "slow_conv_transpose3d",
+             "_slow_conv2d_forward", "convolution_overrideable", "thnn_conv2d", "_nnpack_spatial_convolution"}
+
+
+def op_base(func: Any) -> str:
+    name = getattr(func, "__name__", str(func))  # e.g. "mm.default"
+    return name.split(".")[0]
+
+
+def op_category(base: str) -> str:
+    if base in _ALLOC:
+        return "alloc"
+    if base in _VIEW:
+        return "view"
+    if base in DELEGABLE:
+        return "library"
+    return "compute"
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records aten ops run outside Triton launches; optionally fills fresh allocations with NaN
+    so a kernel that leaves part of its output unwritten produces NaN instead of stale values."""
+
+    def __init__(self, poison: bool = False) -> None:
+        super().__init__()
+        self.poison = poison
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if in_kernel_launch():
+            return out
+        base = op_base(func)
+        self.ops.append(base)
+        if self.poison and base in ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"):
+            if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex()):
+                out.fill_(float("nan"))
+        return out
+
+
+def categorize(ops: list[str]) -> dict[str, list[str]]:
+    cats: dict[str, list[str]] = {"alloc": [], "view": [], "library": [], "compute": []}
+    for op in ops:
+        c = op_category(op)
+        if op not in cats[c]:
+            cats[c].append(op)
+    return cats
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()

@@ -1,0 +1,229 @@
+"""The `compile` job: compile every launched @triton.jit kernel of a candidate for sm_90.
+
+How each kernel is launched (argument types, constexprs, num_warps/num_stages) is recorded by
+running ModelNew.forward once on the task's inputs (under the interpreter on CPU). The recorded
+signatures are then compiled with `triton.compile(ASTSource, target=GPUTarget("cuda", 90, 32))`
+in a process WITHOUT the interpreter (a child process on CPU), and ptxas -v gives registers and
+spills. Errors are mapped to the candidate file's 1-based line numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
+                   "launch_pdl", "debug")
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int32": "i32",
+           "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1", "float8_e4m3fn": "fp8e4nv",
+           "float8_e5m2": "fp8e5"}
+
+
+def _is_constexpr(param: inspect.Parameter) -> bool:
+    ann = param.annotation
+    if ann is inspect.Parameter.empty:
+        return False
+    return "constexpr" in (ann if isinstance(ann, str) else getattr(ann, "__name__", repr(ann)))
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    import torch
+
+    fn = kernel.fn
+    sig = inspect.signature(fn)
+    kw = dict(kwargs)
+    opts = {k: kw.pop(k) for k in list(kw) if k in _LAUNCH_OPTIONS}
+    bound = sig.bind_partial(*args, **kw)
+    bound.apply_defaults()
+    signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = {}
+    for name, param in sig.parameters.items():
+        v = bound.arguments.get(name)
+        if _is_constexpr(param):
+            signature[name] = "constexpr"
+            constexprs[name] = _jsonable(v.value if hasattr(v, "value") and not isinstance(v, torch.Tensor) else v)
+        elif isinstance(v, torch.Tensor):
+            signature[name] = "*" + _DTYPES.get(str(v.dtype).replace("torch.", ""), "fp32")
+        elif isinstance(v, bool):
+            signature[name] = "i1"
+        elif isinstance(v, int):
+            signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+        elif isinstance(v, float):
+            signature[name] = "fp32"
+        elif v is None:
+            signature[name] = "constexpr"
+            constexprs[name] = None
+        else:
+            signature[name] = "constexpr"
+            constexprs[name] = _jsonable(v)
+    return {"name": fn.__name__, "signature": signature, "constexprs": constexprs,
+            "num_warps": int(opts.get("num_warps", 4)), "num_stages": int(opts.get("num_stages", 3))}
+
+
+def _def_lines(source: str) -> dict[str, int]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    return {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+def _ptxas_info(ptx: str) -> tuple[int | None, int | None]:
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        return None, None
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "k.ptx"
+        p.write_text(ptx)
+        r = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(p), "-o", str(Path(d) / "k.cubin")],
+                           capture_output=True, text=True, timeout=120)
+    text = r.stdout + r.stderr
+    regs = re.search(r"Used (\d+) registers", text)
+    spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", text)
+    return (int(regs.group(1)) if regs else None, sum(int(s) for s in spills) if spills else None)
+
+
+def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Compile the recorded launches of `module`'s kernels (run without the interpreter)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    defs = _def_lines(source)
+    kernels: list[dict[str, Any]] = []
+    for spec in specs:
+        obj = getattr(module, spec["name"], None)
+        while obj is not None and not isinstance(obj, triton.runtime.jit.JITFunction) and hasattr(obj, "fn"):
+            obj = obj.fn
+        if obj is None or not isinstance(obj, triton.runtime.jit.JITFunction):
+            return {"ok": False, "error_kind": "no_kernel", "error": f"kernel `{spec['name']}` is not a module-level "
+                    "@triton.jit function", "error_line": defs.get(spec["name"]), "kernels": kernels}
+        src = ASTSource(fn=obj, signature=spec["signature"], constexprs=spec["constexprs"])
+        try:
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                               options={"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]})
+        except Exception as e:
+            line = None
+            node = getattr(e, "node", None)
+            if node is not None and hasattr(node, "lineno") and spec["name"] in defs:
+                line = defs[spec["name"]] + node.lineno - 1
+            msg = str(getattr(e, "error_message", None) or e).strip().splitlines()
+            first = next((m for m in msg if m.strip()), type(e).__name__)
+            return {"ok": False, "error_kind": "triton", "error_line": line,
+                    "error": f"{spec['name']}: {type(e).__name__}: {first}"[:600], "kernels": kernels}
+        regs, spills = _ptxas_info(k.asm["ptx"])
+        kernels.append({"name": spec["name"], "num_warps": spec["num_warps"], "num_stages": spec["num_stages"],
+                        "registers": regs, "spills": spills, "shared_bytes": int(k.metadata.shared),
+                        "constants": spec["constexprs"]})
+    return {"ok": True, "kernels": kernels}
+
+
+def run_compile(job) -> dict[str, Any]:
+    import torch
+
+    from tools.worker.check import load_candidate
+    from tools.worker.common import CandidateLoadError, launch_log, line_in, load_task, one_line, to_device
+
+    t0 = time.monotonic()
+    source = job.candidate_source or ""
+    try:
+        ast.parse(source)
+    except SyntaxError as e:
+        return {"ok": False, "error_kind": "syntax", "error": f"SyntaxError: {e.msg}", "error_line": e.lineno,
+                "seconds": time.monotonic() - t0}
+    task = load_task(job.task_source, dict(job.size_overrides))
+    try:
+        mod = load_candidate(source)
+    except CandidateLoadError as e:
+        return {"ok": False, "error_kind": e.kind, "error": str(e), "error_line": e.line,
+                "seconds": time.monotonic() - t0}
+    launches: list[Any] = []
+    try:
+        init = task.init_args()
+        torch.manual_seed(0)
+        model = mod.ModelNew(*init).to(job.device).eval()
+        inputs = to_device(task.inputs(0), job.device)
+        with torch.no_grad(), launch_log(record_args=True) as log:
+            launches = log.launches
+            model(*inputs)
+    except Exception as e:
+        from_triton = "triton" in type(e).__module__ or "InterpreterError" in type(e).__name__
+        recorded = [x for x in launches if x.module == mod.__name__]
+        if from_triton and recorded:
+            # The failing launch was recorded before it ran: the real compiler gives the precise error.
+            res = _compile_specs(source, mod, [launch_signature(x.kernel, x.args, x.kwargs) for x in recorded[-1:]],
+                                 job)
+            if not res.get("ok"):
+                res["seconds"] = time.monotonic() - t0
+                return res
+        return {"ok": False, "error_kind": "triton" if from_triton else "crash",
+                "error": f"ModelNew.forward raised while recording kernel launches: {one_line(e)}",
+                "error_line": line_in(e, "egg_candidate_"), "seconds": time.monotonic() - t0}
+    own = [x for x in launches if x.module == mod.__name__]
+    if not own:
+        return {"ok": False, "error_kind": "no_kernel", "error": "ModelNew.forward launched no @triton.jit kernel "
+                "of the candidate", "seconds": time.monotonic() - t0}
+    specs: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for launch in own:
+        spec = launch_signature(launch.kernel, launch.args, launch.kwargs)
+        key = json.dumps(spec, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            specs.append(spec)
+    result = _compile_specs(source, mod, specs, job)
+    result["seconds"] = time.monotonic() - t0
+    return result
+
+
+def _compile_specs(source: str, mod: Any, specs: list[dict[str, Any]], job) -> dict[str, Any]:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return _compile_in_child(source, specs, float(job.options.get("compile_timeout_s", 240)))
+    return compile_recorded(source, mod, specs)
+
+
+def _compile_in_child(source: str, specs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """The interpreter replaces @triton.jit at import time, so real compilation needs a process
+    that imported triton without TRITON_INTERPRET."""
+    d = Path(tempfile.mkdtemp(prefix="egg-compile-", dir=os.getcwd()))
+    (d / "spec.json").write_text(json.dumps({"source": source, "specs": specs}))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    try:
+        r = subprocess.run([sys.executable, "-m", "tools.worker.compile_job", str(d / "spec.json"), str(d / "out.json")],
+                           env=env, cwd=str(d), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error_kind": "timeout", "error": f"compilation exceeded {timeout_s:.0f}s"}
+    out = d / "out.json"
+    if not out.exists():
+        tail = (r.stderr.strip().splitlines() or [""])[-1]
+        return {"ok": False, "error_kind": "crash", "error": f"compiler process exited with {r.returncode}: {tail[:300]}"}
+    return json.loads(out.read_text())
+
+
+def _child_main(spec_path: str, out_path: str) -> None:
+    from tools.worker.common import load_module
+
+    spec = json.loads(Path(spec_path).read_text())
+    mod = load_module(spec["source"], "candidate")
+    Path(out_path).write_text(json.dumps(compile_recorded(spec["source"], mod, spec["specs"])))
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1], sys.argv[2])

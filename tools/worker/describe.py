@@ -1,0 +1,199 @@
+"""The `describe` job: load and validate a task, pick CPU-friendly sizes, count flops/bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from tools.worker.common import (
+    BadTask,
+    as_outputs,
+    dtype_name,
+    float_constants,
+    int_constants,
+    load_task,
+    numel_of,
+    one_line,
+    to_device,
+)
+
+SHRINK_BUDGET = 2**18
+# Constants below this are kernel sizes, strides, channel groups...: never shrunk.
+SHRINK_MIN = 16
+
+
+def _meta_run(task_source: str, overrides: dict[str, int]) -> tuple[list[Any], list[Any], float | None, Any]:
+    """Shapes, outputs and flops without allocating real memory (real tensors when a task's
+    construction cannot run on the meta device, e.g. it calls .item())."""
+    try:
+        return _meta_run_on(task_source, overrides, "meta")
+    except Exception:
+        return _meta_run_on(task_source, overrides, "cpu")
+
+
+def _meta_run_on(task_source: str, overrides: dict[str, int], device: str) -> tuple[list[Any], list[Any], float | None, Any]:
+    t = load_task(task_source, overrides)
+    with torch.device(device):
+        torch.manual_seed(0)
+        init = t.init_args()
+        model = t.module.Model(*init)
+        inputs = list(t.module.get_inputs())
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    flops: float | None = None
+    with torch.no_grad():
+        try:
+            with FlopCounterMode(display=False) as fc:
+                out = model(*inputs)
+            flops = float(fc.get_total_flops())
+        except Exception:
+            # Some ops have no meta kernel; flops then come from the real run.
+            out = None
+    return inputs, as_outputs(out) if out is not None else [], flops, model
+
+
+def _elements(inputs: list[Any], outputs: list[Any], model: Any) -> int:
+    n = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+    n += sum(x.numel() for x in outputs if isinstance(x, torch.Tensor))
+    n += sum(p.numel() for p in model.state_dict().values())
+    return n
+
+
+def choose_sizes(task_source: str, overrides: dict[str, int], budget: int = SHRINK_BUDGET) -> dict[str, int]:
+    """Halve the largest size constants (>= SHRINK_MIN) until inputs+outputs+params fit `budget`."""
+    sizes = {**int_constants(task_source), **overrides}
+    current = dict(overrides)
+    for _ in range(64):
+        inputs, outputs, _, model = _meta_run(task_source, current)
+        if not outputs or _elements(inputs, outputs, model) <= budget:
+            return current
+        eff = {**sizes, **current}
+        big = [k for k, v in eff.items() if v >= SHRINK_MIN]
+        if not big:
+            return current
+        top = max(eff[k] for k in big)
+        changed = False
+        for k in big:
+            if eff[k] == top or eff[k] * 4 >= top:
+                trial = {**current, k: max(SHRINK_MIN // 2, eff[k] // 2)}
+                try:
+                    _meta_run(task_source, trial)
+                except Exception:
+                    continue  # halving this constant breaks the task (e.g. divisibility): keep it
+                current = trial
+                changed = True
+        if not changed:
+            return current
+    return current
+
+
+def tensor_info(x: torch.Tensor) -> dict[str, Any]:
+    return {"shape": list(x.shape), "dtype": dtype_name(x.dtype), "stride": list(x.stride())}
+
+
+def input_info(x: Any) -> dict[str, Any]:
+    if isinstance(x, torch.Tensor):
+        return tensor_info(x)
+    if x is None:
+        return {"value": None, "type": "none"}
+    if isinstance(x, bool):
+        return {"value": x, "type": "bool"}
+    if isinstance(x, int):
+        return {"value": x, "type": "int"}
+    if isinstance(x, float):
+        return {"value": x, "type": "float"}
+    raise BadTask(f"get_inputs() returned a {type(x).__name__}; only tensors and scalars are supported")
+
+
+def degenerate_flags(outputs: list[torch.Tensor], atol: float = 1e-4) -> list[str]:
+    flags = []
+    for i, o in enumerate(outputs):
+        if not o.is_floating_point() or o.numel() == 0:
+            continue
+        f = o.detach().double()
+        finite = f[torch.isfinite(f)]
+        if finite.numel() == 0:
+            flags.append(f"output {i} has no finite values")
+            continue
+        if finite.numel() > 1 and float(finite.max() - finite.min()) == 0.0:
+            flags.append(f"output {i} is constant ({float(finite.flatten()[0]):.4g})")
+        elif float(finite.abs().max()) < 10 * atol:
+            flags.append(f"output {i} is tiny (max |x| {float(finite.abs().max()):.2e}) vs tolerance {atol:g}")
+    return flags
+
+
+def bytes_and_flops(model: torch.nn.Module, inputs: list[Any], outputs: list[torch.Tensor]) -> float:
+    b = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    b += sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    b += sum(o.numel() * o.element_size() for o in outputs if isinstance(o, torch.Tensor))
+    return float(b)
+
+
+def run_describe(job) -> dict[str, Any]:
+    device = job.device
+    overrides = dict(job.size_overrides)
+    if job.options.get("shrink"):
+        overrides = choose_sizes(job.task_source, overrides, int(job.options.get("shrink_budget", SHRINK_BUDGET)))
+    t = load_task(job.task_source, overrides)
+    try:
+        init = t.init_args()
+    except Exception as e:
+        raise BadTask(f"get_init_inputs() failed: {one_line(e)}") from None
+    try:
+        torch.manual_seed(0)
+        model = t.module.Model(*init).to(device).eval()
+    except Exception as e:
+        raise BadTask(f"Model(*get_init_inputs()) failed: {one_line(e)}") from None
+    try:
+        inputs = to_device(t.inputs(1), device)
+    except Exception as e:
+        raise BadTask(f"get_inputs() failed: {one_line(e)}") from None
+    infos = [input_info(x) for x in inputs]
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            out = model(*inputs)
+        flops = float(fc.get_total_flops())
+    except Exception as e:
+        raise BadTask(f"Model.forward failed on get_inputs(): {one_line(e)}") from None
+    outputs = as_outputs(out)
+    for o in outputs:
+        if not isinstance(o, torch.Tensor):
+            raise BadTask(f"Model.forward returned a {type(o).__name__}; expected tensors")
+    params = [{"name": k, "shape": list(v.shape), "dtype": dtype_name(v.dtype),
+               "is_buffer": k not in dict(model.named_parameters())}
+              for k, v in model.state_dict().items()]
+    init_json = [v if isinstance(v, (int, float, bool, str, type(None))) else repr(v) for v in init]
+    op_graph: list[dict] = []
+    capture_error: str | None = None
+    try:
+        from tools.worker.opgraph import capture
+    except ImportError:
+        capture = None
+        capture_error = "op graph capture unavailable"
+    if capture is not None:
+        try:
+            cap_model = t.module.Model(*init).to(device).eval()
+            op_graph, capture_error = capture(cap_model, inputs)
+        except Exception as e:
+            op_graph, capture_error = [], f"op graph capture failed: {one_line(e)}"
+    constants: dict[str, Any] = {**int_constants(job.task_source), **float_constants(job.task_source)}
+    sizes_used = {**int_constants(job.task_source), **overrides}
+    return {
+        "name": job.options.get("name") or job.task_path.rsplit("/", 1)[-1].removesuffix(".py"),
+        "source": job.task_source,
+        "init_args": init_json,
+        "inputs": infos,
+        "outputs": [tensor_info(o) for o in outputs],
+        "params": params,
+        "constants": constants,
+        "sizes_used": sizes_used,
+        "op_graph": op_graph,
+        "capture_error": capture_error,
+        "flops": flops,
+        "bytes_moved": bytes_and_flops(model, inputs, outputs),
+        "degenerate": degenerate_flags(outputs),
+        "device": device,
+        "total_elements": int(sum(numel_of(i["shape"]) for i in infos if "shape" in i)
+                              + sum(o.numel() for o in outputs)),
+    }

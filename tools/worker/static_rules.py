@@ -1,0 +1,177 @@
+"""Static (AST) integrity rules for a candidate file. Pure: imports neither torch nor triton,
+so the agent side could run it too. Each finding is "<rule>: <message> (line N)"."""
+
+from __future__ import annotations
+
+import ast
+
+ALLOWED_IMPORTS = {"torch", "triton", "math", "typing", "__future__", "functools", "itertools", "operator",
+                   "dataclasses", "enum", "collections"}
+# Host-side compute escapes both Triton and the PyTorch-op policy: not allowed in a candidate.
+_HOST_MODULES = {"numpy", "scipy", "numba", "cupy", "jax", "tensorflow"}
+_HOST_ATTRS = {"numpy", "tolist", "__array__", "__array_interface__", "__cuda_array_interface__"}
+_THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "subprocess", "asyncio", "signal",
+                   "queue"}
+_TIMER_MODULES = {"time", "timeit"}
+_ACCESS_MODULES = {"sys", "inspect", "gc", "importlib", "builtins", "os", "pathlib", "io", "pickle", "ctypes",
+                   "__main__", "runpy", "shutil", "tempfile", "glob", "linecache", "traceback"}
+_PATCHABLE_ROOTS = {"torch", "triton", "tl", "F", "nn", "time", "math", "np", "numpy", "builtins"}
+_STREAM_ATTRS = {"Stream", "stream", "set_stream", "ExternalStream", "StreamContext", "default_stream"}
+_TIMER_ATTRS = {"Event", "perf_counter", "perf_counter_ns", "do_bench", "do_bench_cudagraph", "elapsed_time",
+                "monotonic", "process_time"}
+_ACCESS_NAMES = {"globals", "locals", "vars", "__import__", "exec", "eval", "compile", "open", "getattr_static",
+                 "setattr", "delattr", "__builtins__", "breakpoint", "exit", "quit"}
+_CACHE_DECORATORS = {"lru_cache", "cache", "cached_property", "memoize"}
+_REFERENCE_NAMES = {"Model", "get_inputs", "get_init_inputs"}
+_MUTATORS = {"__setitem__", "setdefault", "update", "append", "add", "extend", "insert"}
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _is_jit_decorator(d: ast.AST) -> bool:
+    target = d.func if isinstance(d, ast.Call) else d
+    name = _dotted(target)
+    return name.endswith("jit") or name.endswith("autotune") or name.endswith("heuristics")
+
+
+def static_findings(source: str) -> list[str]:
+    """All static rule violations, in a stable order. A syntax error is the only finding then."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return [f"static.syntax: {e.msg} (line {e.lineno})"]
+    out: list[str] = []
+
+    def add(rule: str, msg: str, node: ast.AST | None = None) -> None:
+        where = f" (line {node.lineno})" if node is not None and hasattr(node, "lineno") else ""
+        item = f"{rule}: {msg}{where}"
+        if item not in out:
+            out.append(item)
+
+    kernels: set[str] = set()
+    model_new: ast.ClassDef | None = None
+    module_mutables: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(_is_jit_decorator(d) for d in node.decorator_list):
+            kernels.add(node.name)
+        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
+            model_new = node
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            value = node.value
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            mutable = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
+                isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1]
+                in {"dict", "list", "set", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"})
+            if mutable:
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        module_mutables.add(t.id)
+    # Kernels may also be wrapped: `k = triton.jit(fn)`.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_jit_decorator(node.value):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    kernels.add(t.id)
+
+    if model_new is None:
+        add("static.no_model", "candidate defines no `class ModelNew`")
+    if not kernels:
+        add("static.no_kernel", "candidate defines no @triton.jit kernel")
+
+    jit_bodies: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in kernels:
+            for sub in ast.walk(node):
+                jit_bodies.add(id(sub))
+
+    launched = False
+    for node in ast.walk(tree):
+        if id(node) in jit_bodies:
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and _root_name(node.func.value) in kernels:
+            launched = True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for full in names:
+                top = full.split(".")[0]
+                if top in _THREAD_MODULES:
+                    add("static.threads", f"imports `{full}` (threads/processes are not allowed)", node)
+                elif top in _TIMER_MODULES:
+                    add("static.timer", f"imports `{full}` (candidates must not touch timers)", node)
+                elif top in _HOST_MODULES:
+                    add("static.host_compute", f"imports `{full}` (compute must run in Triton kernels)", node)
+                elif top in _ACCESS_MODULES:
+                    add("static.reference_access", f"imports `{full}` (introspection/file access is not allowed)", node)
+                elif top not in ALLOWED_IMPORTS:
+                    add("static.forbidden_import", f"imports `{full}`", node)
+                if full.startswith("triton.testing"):
+                    add("static.timer", "imports triton.testing (benchmark helpers)", node)
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name in _CACHE_DECORATORS:
+                        add("static.cache", f"imports `{a.name}` (memoizing outputs is not allowed)", node)
+                    if a.name in _TIMER_ATTRS or a.name in _STREAM_ATTRS:
+                        add("static.timer" if a.name in _TIMER_ATTRS else "static.stream", f"imports `{a.name}`", node)
+        if isinstance(node, ast.Try) or (hasattr(ast, "TryStar") and isinstance(node, ast.TryStar)):
+            add("static.try_except", "try/except in the candidate (a fallback could hide a failing kernel)", node)
+        if isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            root = dotted.split(".")[0]
+            if node.attr in _STREAM_ATTRS and root in {"torch", "triton"}:
+                add("static.stream", f"uses `{dotted}` (work on other streams is invisible to timing)", node)
+            if node.attr in _TIMER_ATTRS and root in {"torch", "triton", "time"}:
+                add("static.timer", f"uses `{dotted}`", node)
+            if node.attr in {"modules", "_getframe", "f_back", "f_globals", "__globals__", "__subclasses__",
+                             "__dict__", "gi_frame", "__code__", "__closure__"}:
+                add("static.reference_access", f"uses `.{node.attr}` (introspection is not allowed)", node)
+            if node.attr in _HOST_ATTRS:
+                add("static.host_compute", f"uses `.{node.attr}` (moving data to host Python/NumPy)", node)
+            if node.attr in {"Thread", "Process", "Pool", "fork", "spawn", "ThreadPoolExecutor"}:
+                add("static.threads", f"uses `{dotted}`", node)
+        if isinstance(node, ast.Name):
+            if node.id in _ACCESS_NAMES:
+                add("static.reference_access", f"uses `{node.id}` (dynamic code/attribute access is not allowed)", node)
+            if node.id in _REFERENCE_NAMES and isinstance(node.ctx, ast.Load):
+                add("static.reference_access", f"refers to the reference's `{node.id}`", node)
+            if node.id in _CACHE_DECORATORS:
+                add("static.cache", f"uses `{node.id}` (memoizing outputs is not allowed)", node)
+        if isinstance(node, ast.Global) or isinstance(node, ast.Nonlocal):
+            add("static.cache", "`global`/`nonlocal` state in the candidate (results must not persist across calls)",
+                node)
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                flat = t.elts if isinstance(t, ast.Tuple) else [t]
+                for x in flat:
+                    if isinstance(x, ast.Attribute) and _root_name(x) in _PATCHABLE_ROOTS:
+                        add("static.monkey_patch", f"assigns `{_dotted(x)}` (patching torch/triton/time)", node)
+                    if isinstance(x, ast.Subscript) and _root_name(x) in module_mutables:
+                        add("static.cache", f"writes into module-level container `{_root_name(x)}`", node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _MUTATORS and _root_name(node.func) in module_mutables:
+                add("static.cache", f"mutates module-level container `{_root_name(node.func)}`", node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "sys.modules" in node.value or "egg_task_" in node.value:
+                add("static.reference_access", "string refers to other modules", node)
+
+    if kernels and not launched:
+        add("static.not_launched", "no @triton.jit kernel is launched (`kernel[grid](...)`) outside the kernels")
+    if model_new is not None:
+        methods = {f.name for f in model_new.body if isinstance(f, ast.FunctionDef)}
+        if "forward" not in methods:
+            add("static.no_model", "ModelNew defines no forward()", model_new)
+    return out
