@@ -1,0 +1,228 @@
+"""Eval metrics over results.jsonl rows: pure functions, no I/O.
+
+Honesty rules: a row's speedup is used only when the row is verified AND the speedup was
+measured (not None); rows without timing (CPU runs) count as verified but their speedups are
+reported as "not measured" (None), never as 0 or 1. fast_p follows KernelBench: the fraction
+of ALL tasks that are correct AND have speedup > p.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+Row = Mapping[str, Any]
+
+P_VALUES: tuple[float, ...] = (0.0, 1.0, 1.2, 1.5, 2.0)
+SPEEDUP_KEYS = {"vs_eager": "speedup_vs_eager", "vs_compile": "speedup_vs_compile"}
+# Below this the eager reference is launch-bound: a ratio of two launch overheads says
+# little about the kernel, so such tasks are flagged rather than silently averaged in.
+LAUNCH_BOUND_MS = 0.02
+# Above this a speedup over eager PyTorch almost always means skipped work or a degenerate task.
+IMPLAUSIBLE_SPEEDUP = 50.0
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def geomean(xs: Iterable[float]) -> float | None:
+    vals = list(xs)
+    if not vals:
+        return None
+    if any(v <= 0 for v in vals):
+        raise ValueError("geomean needs positive values")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def measured_speedups(rows: Iterable[Row], which: str = "vs_eager") -> list[float]:
+    """Speedups of verified rows that were actually measured."""
+    key = SPEEDUP_KEYS[which]
+    out = []
+    for r in rows:
+        s = _num(r.get(key))
+        if r.get("verified") is True and s is not None and s > 0:
+            out.append(s)
+    return out
+
+
+def fast_p(rows: list[Row], p: float, which: str = "vs_eager") -> float | None:
+    """Fraction of all tasks that are verified and faster than p x (KernelBench fast_p).
+
+    None (not measured) when some task is verified but no verified task has a measured
+    speedup: we cannot tell how many are fast. With no verified task the answer is 0.
+    A mix of measured and unmeasured verified rows gives a lower bound (unmeasured rows are
+    not counted as fast); summarize() reports how many rows that concerns.
+    """
+    if not rows:
+        return None
+    verified = [r for r in rows if r.get("verified") is True]
+    if not verified:
+        return 0.0
+    spd = measured_speedups(verified, which)
+    if not spd:
+        return None
+    return sum(1 for s in spd if s > p) / len(rows)
+
+
+def _stats(xs: list[float]) -> dict[str, Any]:
+    if not xs:
+        return {"n": 0, "geomean": None, "median": None, "mean": None, "min": None, "max": None}
+    return {
+        "n": len(xs),
+        "geomean": geomean(xs),
+        "median": statistics.median(xs),
+        "mean": statistics.fmean(xs),
+        "min": min(xs),
+        "max": max(xs),
+    }
+
+
+def _pct(k: int, n: int) -> float | None:
+    return 100.0 * k / n if n else None
+
+
+def summarize(rows: list[Row]) -> dict[str, Any]:
+    """Headline metrics for one set of rows (all tasks, one family, one level, ...)."""
+    n = len(rows)
+    verified = [r for r in rows if r.get("verified") is True]
+    compiled_known = [r for r in rows if isinstance(r.get("compiled"), bool)]
+    compiled = sum(1 for r in compiled_known if r["compiled"])
+    failures: dict[str, int] = {}
+    for r in rows:
+        if r.get("verified") is not True:
+            kind = str(r.get("failure_kind") or "unknown")
+            failures[kind] = failures.get(kind, 0) + 1
+    out: dict[str, Any] = {
+        "tasks": n,
+        "compiled": {"count": compiled, "pct": _pct(compiled, n), "unknown": n - len(compiled_known)},
+        "verified": {"count": len(verified), "pct": _pct(len(verified), n)},
+        "failed": n - len(verified),
+        "failures_by_kind": dict(sorted(failures.items())),
+        "fast_p": {},
+        "speedup": {},
+        "measured": {},
+        "unmeasured_verified": {},
+    }
+    for which in SPEEDUP_KEYS:
+        spd = measured_speedups(verified, which)
+        out["fast_p"][which] = {pkey(p): fast_p(rows, p, which) for p in P_VALUES}
+        out["speedup"][which] = _stats(spd)
+        out["measured"][which] = len(spd)
+        out["unmeasured_verified"][which] = len(verified) - len(spd)
+    roof = [x for r in verified if (x := _num(r.get("roofline_fraction"))) is not None]
+    out["roofline_fraction"] = {"n": len(roof), "median": statistics.median(roof) if roof else None}
+    out["tokens"] = {
+        "input": sum(int((r.get("tokens") or {}).get("input") or 0) for r in rows),
+        "output": sum(int((r.get("tokens") or {}).get("output") or 0) for r in rows),
+    }
+    walls = [x for r in rows if (x := _num(r.get("wall_s"))) is not None]
+    out["wall_s"] = {"total": sum(walls), "median": statistics.median(walls) if walls else None}
+    return out
+
+
+def pkey(p: float) -> str:
+    return f"{p:g}" if p != int(p) else f"{p:.1f}"
+
+
+def group_by(rows: list[Row], field: str) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(str(r.get(field) or "unknown"), []).append(r)
+    return dict(sorted(groups.items()))
+
+
+def stage_order(rows: Iterable[Row]) -> list[str]:
+    order: list[str] = []
+    for r in rows:
+        for s in r.get("stages") or []:
+            name = s.get("stage")
+            if name and name not in order:
+                order.append(name)
+    return order
+
+
+def stage_ablation(rows: list[Row]) -> dict[str, Any]:
+    """Speedup vs eager after each stage, and what each stage decided.
+
+    The speedup after a stage is its speedup_exit; a stage without one (failed/skipped)
+    carries the previous value forward, since the best kernel is unchanged. Geomeans are
+    over verified tasks that have a value after every stage, so each column averages the
+    same tasks and the waterfall is comparable stage to stage.
+    """
+    order = stage_order(rows)
+    outcomes = {s: {} for s in order}
+    for r in rows:
+        for s in r.get("stages") or []:
+            name = s.get("stage")
+            if name in outcomes:
+                oc = str(s.get("outcome") or "unknown")
+                outcomes[name][oc] = outcomes[name].get(oc, 0) + 1
+    series: list[list[float]] = []
+    for r in rows:
+        if r.get("verified") is not True:
+            continue
+        by_stage = {s.get("stage"): s for s in r.get("stages") or []}
+        entry = None
+        first = by_stage.get(order[0]) if order else None
+        if first is not None:
+            entry = _num(first.get("speedup_entry"))
+        vals: list[float] = []
+        cur = entry
+        for name in order:
+            s = by_stage.get(name)
+            ex = _num(s.get("speedup_exit")) if s else None
+            if ex is not None and ex > 0:
+                cur = ex
+            if cur is None:
+                break
+            vals.append(cur)
+        if len(vals) == len(order) and vals:
+            series.append(vals)
+    stages = []
+    for i, name in enumerate(order):
+        col = [v[i] for v in series]
+        stages.append(
+            {"stage": name, "geomean_after": geomean(col), "n": len(col), "outcomes": outcomes[name]}
+        )
+    return {"stages": stages, "tasks_with_all_stages_measured": len(series)}
+
+
+def degenerate_flags(row: Row) -> list[str]:
+    """Why a row's numbers should not be read at face value (empty when fine)."""
+    flags = [str(f) for f in row.get("degenerate") or []]
+    eager = _num(row.get("eager_ms"))
+    if eager is not None and eager < LAUNCH_BOUND_MS:
+        flags.append(f"launch-bound: eager {eager * 1000:.1f} us < {LAUNCH_BOUND_MS * 1000:.0f} us")
+    spd = _num(row.get("speedup_vs_eager"))
+    if row.get("verified") is True and spd is not None and spd > IMPLAUSIBLE_SPEEDUP:
+        flags.append(f"implausible speedup {spd:.1f}x > {IMPLAUSIBLE_SPEEDUP:g}x (skipped work?)")
+    return flags
+
+
+def compute_metrics(rows: list[Row]) -> dict[str, Any]:
+    """Everything report.md and metrics.json show."""
+    flagged = {str(r.get("task")): f for r in rows if (f := degenerate_flags(r))}
+    clean = [r for r in rows if str(r.get("task")) not in flagged]
+    return {
+        "overall": summarize(rows),
+        "overall_excluding_degenerate": summarize(clean),
+        "per_family": {k: summarize(v) for k, v in group_by(rows, "family").items()},
+        "per_level": {k: summarize(v) for k, v in group_by(rows, "level").items()},
+        "per_kind": {k: summarize(v) for k, v in group_by(rows, "kind").items()},
+        "stage_ablation": stage_ablation(rows),
+        "degenerate": [{"task": t, "flags": f} for t, f in flagged.items()],
+    }
+
+
+def latest_rows(rows: Iterable[Row]) -> list[Row]:
+    """One row per task (the last written wins), in first-seen order."""
+    by_task: dict[str, Row] = {}
+    for r in rows:
+        by_task[str(r.get("task"))] = r
+    return list(by_task.values())

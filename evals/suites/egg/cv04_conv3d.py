@@ -1,0 +1,30 @@
+# family: conv
+# kind: single-op
+# Conv3d 16->32, 3x3x3, padding 1 on (4, 16, 32, 128, 128).
+import torch
+import torch.nn as nn
+
+B = 4
+C_IN = 16
+C_OUT = 32
+D = 32
+H = 128
+W = 128
+KERNEL = 3
+
+
+class Model(nn.Module):
+    def __init__(self, c_in: int, c_out: int, kernel: int):
+        super().__init__()
+        self.conv = nn.Conv3d(c_in, c_out, kernel, padding=kernel // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(B, C_IN, D, H, W)]
+
+
+def get_init_inputs():
+    return [C_IN, C_OUT, KERNEL]

@@ -1,0 +1,25 @@
+# family: reduction
+# kind: single-op
+# D4 (file 1 of 2): max over the last dim of (128, 4096, 4095) (odd length).
+import torch
+import torch.nn as nn
+
+B = 128
+M = 4096
+N = 4095
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max(x, dim=-1).values
+
+
+def get_inputs():
+    return [torch.randn(B, M, N)]
+
+
+def get_init_inputs():
+    return []

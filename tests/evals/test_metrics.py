@@ -1,0 +1,152 @@
+"""evals.metrics on hand-made rows."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from evals.metrics import (
+    compute_metrics,
+    degenerate_flags,
+    fast_p,
+    geomean,
+    latest_rows,
+    stage_ablation,
+    summarize,
+)
+
+
+def row(
+    task: str, verified: bool, se: float | None = None, sc: float | None = None, **kw: Any
+) -> dict[str, Any]:
+    r = {"task": task, "verified": verified, "speedup_vs_eager": se, "speedup_vs_compile": sc,
+         "family": kw.pop("family", "f"), "level": kw.pop("level", "l"), "kind": "single-op"}  # fmt: skip
+    r.update(kw)
+    return r
+
+
+def test_geomean() -> None:
+    assert geomean([]) is None
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([1.5]) == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        geomean([1.0, 0.0])
+
+
+def test_fast_p_counts_all_tasks_in_denominator() -> None:
+    rows = [row("a", True, 2.5), row("b", True, 1.1), row("c", True, 0.5), row("d", False, 9.0)]
+    # d is fast but not verified: never counted. Denominator is 4 (all tasks), not 3.
+    assert fast_p(rows, 0.0) == pytest.approx(3 / 4)
+    assert fast_p(rows, 1.0) == pytest.approx(2 / 4)
+    assert fast_p(rows, 2.0) == pytest.approx(1 / 4)
+    assert fast_p(rows, 2.5) == 0.0  # strictly greater than p
+
+
+def test_fast_p_edge_cases() -> None:
+    assert fast_p([], 1.0) is None
+    assert fast_p([row("a", False), row("b", False)], 1.0) == 0.0  # nothing correct: 0, measured or not
+    # Verified but never timed (CPU): unknown, not 0 and not 100%.
+    assert fast_p([row("a", True), row("b", False)], 0.0) is None
+    # Mixed: unmeasured verified rows are not counted as fast (lower bound).
+    assert fast_p([row("a", True, 3.0), row("b", True)], 1.0) == pytest.approx(0.5)
+    assert fast_p([row("a", True, None, 1.3)], 1.2, "vs_compile") == 1.0
+    assert fast_p([row("a", True, 1.3, None)], 1.2, "vs_compile") is None
+
+
+def test_summarize_speedups_only_from_verified_measured_rows() -> None:
+    rows = [row("a", True, 2.0, 1.0), row("b", True, 8.0, 4.0), row("c", True), row("d", False, 100.0)]
+    s = summarize(rows)
+    assert s["tasks"] == 4
+    assert s["verified"] == {"count": 3, "pct": 75.0}
+    assert s["speedup"]["vs_eager"]["geomean"] == pytest.approx(4.0)
+    assert s["speedup"]["vs_eager"]["median"] == pytest.approx(5.0)
+    assert s["speedup"]["vs_eager"]["mean"] == pytest.approx(5.0)
+    assert s["speedup"]["vs_compile"]["geomean"] == pytest.approx(2.0)
+    assert s["measured"]["vs_eager"] == 2
+    assert s["unmeasured_verified"]["vs_eager"] == 1
+    assert s["fast_p"]["vs_eager"]["1.5"] == pytest.approx(2 / 4)
+
+
+def test_no_timing_rows_are_verified_but_not_measured() -> None:
+    rows = [row("a", True), row("b", True), row("c", False, failure_kind="no_kernel")]
+    s = summarize(rows)
+    assert s["verified"]["count"] == 2
+    assert s["speedup"]["vs_eager"]["geomean"] is None
+    assert s["speedup"]["vs_eager"]["n"] == 0
+    assert all(v is None for v in s["fast_p"]["vs_eager"].values())
+    assert s["failures_by_kind"] == {"no_kernel": 1}
+
+
+def test_nan_and_nonpositive_speedups_are_ignored() -> None:
+    s = summarize([row("a", True, math.nan), row("b", True, 0.0), row("c", True, 2.0)])
+    assert s["speedup"]["vs_eager"]["n"] == 1
+
+
+def test_per_family_and_level() -> None:
+    rows = [
+        row("a", True, 2.0, family="softmax", level="egg"),
+        row("b", True, 0.5, family="softmax", level="egg"),
+        row("c", False, family="conv", level="level1"),
+        row("d", True, 3.0, family=None, level="level1"),
+    ]
+    m = compute_metrics(rows)
+    assert set(m["per_family"]) == {"softmax", "conv", "unknown"}
+    assert m["per_family"]["softmax"]["speedup"]["vs_eager"]["geomean"] == pytest.approx(1.0)
+    assert m["per_family"]["conv"]["verified"]["count"] == 0
+    assert m["per_level"]["level1"]["tasks"] == 2
+    assert m["per_level"]["level1"]["fast_p"]["vs_eager"]["1.0"] == pytest.approx(0.5)
+
+
+def test_degenerate_flags_and_exclusion() -> None:
+    rows = [
+        row("tiny", True, 1.5, eager_ms=0.005),
+        row("wow", True, 500.0, eager_ms=3.0),
+        row("flagged", True, 1.2, degenerate=["output is constant"]),
+        row("ok", True, 2.0, eager_ms=1.0),
+    ]
+    assert degenerate_flags(rows[3]) == []
+    assert any("launch-bound" in f for f in degenerate_flags(rows[0]))
+    assert any("implausible" in f for f in degenerate_flags(rows[1]))
+    m = compute_metrics(rows)
+    assert {d["task"] for d in m["degenerate"]} == {"tiny", "wow", "flagged"}
+    assert m["overall"]["tasks"] == 4  # flagged, not silently dropped
+    assert m["overall_excluding_degenerate"]["tasks"] == 1
+    assert m["overall_excluding_degenerate"]["speedup"]["vs_eager"]["geomean"] == pytest.approx(2.0)
+
+
+def _st(
+    name: str, exit_: float | None, outcome: str = "improved", entry: float | None = None
+) -> dict[str, Any]:
+    return {"stage": name, "outcome": outcome, "speedup_exit": exit_, "speedup_entry": entry}
+
+
+def test_stage_ablation_carries_forward_and_uses_complete_tasks() -> None:
+    rows = [
+        row(
+            "a", True, 4.0, stages=[_st("algorithm", 1.0), _st("mapping", 2.0), _st("tiling", None, "failed")]
+        ),
+        row("b", True, 1.0, stages=[_st("algorithm", 4.0), _st("mapping", None, "kept"), _st("tiling", 1.0)]),
+        row("c", True, stages=[_st("algorithm", None), _st("mapping", None), _st("tiling", None)]),  # CPU
+        row("d", False, stages=[_st("algorithm", None, "failed")]),
+    ]
+    ab = stage_ablation(rows)
+    assert [s["stage"] for s in ab["stages"]] == ["algorithm", "mapping", "tiling"]
+    assert ab["tasks_with_all_stages_measured"] == 2
+    alg, mapping, tiling = ab["stages"]
+    assert alg["geomean_after"] == pytest.approx(2.0)  # sqrt(1 * 4)
+    assert mapping["geomean_after"] == pytest.approx(math.sqrt(2.0 * 4.0))  # b carries 4.0
+    assert tiling["geomean_after"] == pytest.approx(math.sqrt(2.0 * 1.0))  # a carries 2.0
+    assert alg["outcomes"] == {"improved": 3, "failed": 1}
+    assert mapping["outcomes"] == {"improved": 2, "kept": 1}
+
+
+def test_stage_ablation_without_timing() -> None:
+    ab = stage_ablation([row("c", True, stages=[_st("algorithm", None)])])
+    assert ab["stages"][0]["geomean_after"] is None and ab["stages"][0]["n"] == 0
+
+
+def test_latest_rows_last_wins() -> None:
+    rows = latest_rows([row("a", False), row("b", True), row("a", True)])
+    assert [(r["task"], r["verified"]) for r in rows] == [("a", True), ("b", True)]
