@@ -70,6 +70,17 @@ def make_select_node(spec: StageSpec):
     return select
 
 
+def _detail(a: Attempt) -> str:
+    """The most specific reason an attempt failed."""
+    if a.diagnosis is not None:
+        return a.diagnosis.diagnosis[:200]
+    if a.compile is not None and not a.compile.ok:
+        return (a.compile.error or "")[:200]
+    if a.check is not None and a.check.reasons:
+        return "; ".join(a.check.reasons)[:200]
+    return "no detail"
+
+
 def _ms(b: BestKernel | None) -> str:
     if b is None or b.timing is None or not b.timing.measured or b.timing.candidate_ms is None:
         return "not timed"
@@ -101,8 +112,7 @@ def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision,
     if spec.kind == "explore":
         if best is None:
             why = state.get("unsupported") or "; ".join(
-                f"{a.candidate.origin}: {a.outcome}" + (f" ({a.diagnosis.diagnosis[:160]})" if a.diagnosis else "")
-                for a in attempts
+                f"{a.candidate.origin}: {a.outcome} ({_detail(a)})" for a in attempts
             ) or "no candidate was written"
             if state.get("halt"):
                 why = f"{state['halt']}; {why}"

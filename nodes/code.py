@@ -34,7 +34,6 @@ def make_code_node(spec: StageSpec, deps: Deps):
             return {"exhausted": True, "current": None}
         if settings.run_seconds and time.time() - state.get("started_at", time.time()) > settings.run_seconds:
             return {"halt": f"run wall-time budget of {settings.run_seconds:g} s exhausted", "exhausted": True, "current": None}
-        models = deps.models(settings, thread_id(config))
         base_mode = state.get("mode", "tune")
         fixing = wants_fix(state, settings.fix_budget)
         last = (state.get("attempts") or [None])[-1]
@@ -56,17 +55,26 @@ def make_code_node(spec: StageSpec, deps: Deps):
         ident = f"{spec.name}.{base_mode}{state.get('seed_index', '') if base_mode == 'seed' else ''}.{req.iteration}"
         t0 = time.perf_counter()
         try:
+            models = deps.models(settings, thread_id(config))
             reply = models.code.write(req)
         except (ModelUnavailableError, BudgetExceeded) as e:
             log.warning("code.halt", stage=spec.name, iteration=req.iteration, reason=str(e))
-            return {"halt": str(e), "exhausted": True, "current": None}
+            update = {"halt": str(e), "exhausted": True, "current": None}
+            if getattr(e, "usage", None) is not None:
+                update["usage"] = usage_of(f"{spec.name}/code", e.usage)
+            return update
         except ModelFormatError as e:
             # The reply was unusable: a failed attempt, recorded like any other.
             cand = Candidate(id=ident, source="", stage=spec.name, origin=f"{req.mode}:unusable-reply")
-            att = Attempt(candidate=cand, compile=CompileReport(ok=False, error_kind="model_format", error=str(e)))
+            att = Attempt(candidate=cand, compile=CompileReport(ok=False, error_kind="model_format",
+                                                                error=f"unusable model reply: {e}"))
             log.warning("code.unusable_reply", stage=spec.name, iteration=req.iteration, error=str(e)[:200])
-            return {"current": att}
-        usage = usage_of(f"{spec.name}/code", reply.usage.model_copy(update={"seconds": time.perf_counter() - t0, "calls": max(1, reply.usage.calls)}))
+            spent = getattr(e, "usage", None)
+            update: dict[str, Any] = {"current": att}
+            if spent is not None:
+                update["usage"] = usage_of(f"{spec.name}/code", spent)
+            return update
+        usage = usage_of(f"{spec.name}/code", reply.usage.model_copy(update={"seconds": time.perf_counter() - t0}))
         if reply.unsupported:
             log.info("code.unsupported", stage=spec.name, reason=reply.unsupported)
             return {"unsupported": reply.unsupported, "exhausted": True, "current": None, "usage": usage}

@@ -34,15 +34,14 @@ def make_profile_node(spec: StageSpec, deps: Deps):
         advice = deterministic_advice(report)
         # Without a measurement there is nothing for a model to reason about: skip the call.
         if att.timing is not None and att.timing.measured:
-            models = deps.models(settings, thread_id(config))
             req = ProfilerRequest(
                 stage=brief(spec), desc=state["desc"], attempt=att.model_copy(update={"profile": report}),
                 profile=report, best=incumbent(state), recent=recent(state, settings.recent_k),
             )
             t0 = time.perf_counter()
             try:
-                advice, usage = models.profiler.advise(req)
-                update["usage"] = usage_of(f"{spec.name}/profiler", usage.model_copy(update={"seconds": time.perf_counter() - t0, "calls": max(1, usage.calls)}))
+                advice, usage = deps.models(settings, thread_id(config)).profiler.advise(req)
+                update["usage"] = usage_of(f"{spec.name}/profiler", usage.model_copy(update={"seconds": time.perf_counter() - t0}))
             except ModelFormatError as e:
                 log.warning("profiler.unusable_reply", stage=spec.name, error=str(e)[:200])
             except (ModelUnavailableError, BudgetExceeded) as e:

@@ -22,8 +22,11 @@ def _tools_usage(spec: StageSpec, seconds: float):
 def make_compile_node(spec: StageSpec, deps: Deps):
     def compile_(state: dict[str, Any]) -> dict[str, Any]:
         att = state["current"]
+        settings = settings_of(state)
         with Stopwatch() as sw:
-            report = deps.toolbox.compile(state["task"], att.candidate.source)
+            report = deps.toolbox.compile(
+                state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
+            )
         log.info(
             "compile", stage=spec.name, candidate=att.candidate.id, ok=report.ok,
             error_kind=report.error_kind, line=report.error_line,
@@ -53,8 +56,11 @@ def make_check_node(spec: StageSpec, deps: Deps):
 def make_time_node(spec: StageSpec, deps: Deps):
     def time_(state: dict[str, Any]) -> dict[str, Any]:
         att = state["current"]
+        settings = settings_of(state)
         with Stopwatch() as sw:
-            report = deps.toolbox.time(state["task"], att.candidate.source)
+            report = deps.toolbox.time(
+                state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
+            )
         log.info(
             "time", stage=spec.name, candidate=att.candidate.id, measured=report.measured,
             candidate_ms=report.candidate_ms, eager_ms=report.eager_ms, reason=report.reason,

@@ -8,4 +8,5 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
 os.environ["OPENAI_API_KEY"] = "test-key-not-real"
 os.environ.setdefault("LANGGRAPH_CLI_NO_ANALYTICS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Test helpers (fakes.py, ...) import by name; appended so they never shadow project packages.
+sys.path.append(str(Path(__file__).resolve().parent))

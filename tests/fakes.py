@@ -51,7 +51,7 @@ class FakeToolbox:
             flops=64.0, bytes_moved=512.0, device=task.device,
         )
 
-    def compile(self, task: TaskSpec, source: str) -> CompileReport:
+    def compile(self, task: TaskSpec, source: str, **kw: Any) -> CompileReport:
         self._log("compile", source)
         if "compile_error" in source:
             return CompileReport(ok=False, error="triton: bad", error_kind="triton", error_line=3)
@@ -73,7 +73,7 @@ class FakeToolbox:
             compile_ms=0.8 * self.eager_ms if with_compile else None, noise=0.005,
         )
 
-    def time(self, task: TaskSpec, source: str) -> TimingReport:
+    def time(self, task: TaskSpec, source: str, **kw: Any) -> TimingReport:
         self._log("time", source)
         return self._timing(source, False)
 
