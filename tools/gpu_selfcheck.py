@@ -118,7 +118,10 @@ def overhead(tb: Toolbox) -> dict[str, Any]:
         rows.append({"task": label, "name": name, "sizes": ov or "default", "compile_s": round(t1 - t0, 2),
                      "check_s": round(t2 - t1, 2), "time_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
                      "compile_ok": c.ok, "accepted": k.accepted, "measured": t.measured,
-                     "candidate_ms": t.candidate_ms, "eager_ms": t.eager_ms, "reasons": k.reasons[:2]})
+                     "candidate_ms": t.candidate_ms, "eager_ms": t.eager_ms, "reasons": k.reasons[:2],
+                     # On a GPU compile() runs the one `evaluate` job (compile, check, time in one
+                     # process): compile_s is the whole per-candidate cost, check/time read its reports.
+                     "evaluate_job": task.device == "cuda"})
     return {"ok": all(r["compile_ok"] and r["accepted"] and r["measured"] for r in rows), "rows": rows}
 
 
