@@ -171,6 +171,7 @@ _MODULE_ATTRS = (
     "delta",
     "log_target",
     "label_smoothing",
+    "divisor_override",
     "ignore_index",
 )
 

@@ -1,0 +1,43 @@
+"""Family registry: each family matches an op graph into a plan and generates candidate files.
+
+A family module provides:
+    match(view) -> plan | None            (raise Unsupported for a near-miss worth reporting)
+    algorithms(plan) -> list[str]         distinct algorithms, best first (the seeds)
+    generate(desc, view, plan, params) -> str
+    defaults(plan, algorithm) -> dict     (optional) plan-dependent defaults over spaces.DEFAULTS
+    valid(plan, params) -> str | None     (optional) why a parameter combination is invalid
+    refinements(plan, params) -> list[tuple[str, dict]]  (optional) exact algorithm refinements
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import (
+    attention,
+    batchnorm,
+    elementwise,
+    gemm,
+    libconv,
+    pooling,
+    reduction,
+    rownorm,
+    scan,
+    softmax,
+    xent,
+)
+
+# Tried in order; the first whose match() returns a plan wins.
+FAMILIES: list[tuple[str, ModuleType]] = [
+    ("elementwise", elementwise),
+    ("softmax", softmax),
+    ("gemm", gemm),
+    ("reduction", reduction),
+    ("rownorm", rownorm),
+    ("libconv", libconv),
+    ("scan", scan),
+    ("attention", attention),
+    ("batchnorm", batchnorm),
+    ("xent", xent),
+    ("pooling", pooling),
+]

@@ -1,0 +1,187 @@
+"""Attention: softmax(Q @ K^T * scale) @ V (written out, or F.scaled_dot_product_attention without
+a mask), fused into one online-softmax kernel: the M x N score matrix never reaches memory.
+
+Each program owns BLOCK_M query rows of one (batch, head) and streams K/V in BLOCK_N tiles,
+keeping a running row max and rescaled row sum. fp32 operands use 3xTF32 dots (near-fp32
+accuracy on tensor cores). Algorithms: "online-softmax" (3xTF32) and "online-softmax-ieee".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graph.records import TaskDescription
+
+from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
+from .gemm import _operand
+
+
+@dataclass
+class AttnPlan:
+    q: str
+    k: str  # K as (.., N, D) (the kernel reads it transposed through strides)
+    v: str
+    scale: float | None  # None: 1/sqrt(D) at run time
+    causal: bool
+    dtype: str
+
+
+def _const(x: Any) -> float:
+    if is_node(x) or not isinstance(x, (int, float)):
+        raise Unsupported("attention scale is not a constant")
+    return float(x)
+
+
+def match(view: GraphView) -> AttnPlan | None:
+    nodes = view.compute_nodes()
+    sdpa = [n for n in nodes if n.op == "scaled_dot_product_attention"]
+    if sdpa:
+        n = sdpa[0]
+        if len(nodes) != 1:
+            return None
+        if arg_value(n, 3, "attn_mask") is not None:
+            raise Unsupported("scaled_dot_product_attention with attn_mask")
+        if arg_value(n, 4, "dropout_p", 0.0) not in (0, 0.0):
+            raise Unsupported("scaled_dot_product_attention with dropout")
+        scale = arg_value(n, 6, "scale")
+        return AttnPlan(_operand(view, n.args[0]), _operand(view, n.args[1]), _operand(view, n.args[2]),
+                        None if scale is None else _const(scale), bool(arg_value(n, 5, "is_causal", False)),
+                        n.dtype or "float32")
+    mms = [n for n in nodes if n.op == "matmul"]
+    sms = [n for n in nodes if n.op == "softmax"]
+    if len(mms) != 2 or len(sms) != 1:
+        return None
+    s1, sm, s2 = mms[0], sms[0], mms[1]
+    if view.output != s2.name:
+        raise Unsupported("attention followed by more ops")
+    between = nodes[nodes.index(s1) + 1 : nodes.index(sm)]
+    scale = 1.0
+    for n in between:
+        refs = view.refs(n)
+        if n.op == "mul" and len(refs) == 1:
+            scale *= _const(n.args[1] if is_node(n.args[0]) else n.args[0])
+        elif n.op == "div" and len(refs) == 1 and is_node(n.args[0]):
+            scale /= _const(n.args[1])
+        else:
+            raise Unsupported(f"{n.op} between the score matmul and the softmax")
+    rank = len(sm.shape or [])
+    if int(arg_value(sm, 1, "dim", -1)) % max(rank, 1) != rank - 1:
+        raise Unsupported("attention softmax not over the key dim")
+    if view.refs(s2)[0] != sm.name:
+        raise Unsupported("second matmul does not consume the softmax")
+    # Q @ K^T: the right operand must be a transpose of the last two dims of a leaf.
+    kt_ref = s1.args[1]
+    kt = view.nodes[view.resolve(kt_ref["node"])]
+    if kt.op not in ("transpose", "t", "getattr", "permute"):
+        raise Unsupported("score matmul's right operand is not K transposed")
+    # Undo the transpose in the forward (a view): pass K itself, read it transposed in the kernel.
+    k_expr = f"{_operand(view, kt_ref)}.transpose(-2, -1)"
+    return AttnPlan(_operand(view, s1.args[0]), k_expr, _operand(view, s2.args[1]), scale, False,
+                    s2.dtype or "float32")
+
+
+def algorithms(plan: AttnPlan) -> list[str]:
+    return ["online-softmax", "online-softmax-ieee"] if plan.dtype == "float32" else ["online-softmax"]
+
+
+def defaults(plan: AttnPlan, algorithm: str) -> dict[str, Any]:
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+
+
+def space(plan: AttnPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
+    return {
+        "tiling": {"BLOCK_M": [128, 32], "BLOCK_N": [32, 128]},
+        "memory": {"num_warps": [8], "num_stages": [3, 1]},
+    }.get(stage, {})
+
+
+def valid(plan: AttnPlan, params: dict[str, Any]) -> str | None:
+    if params.get("BLOCK_M", 64) * params.get("BLOCK_N", 64) > 128 * 128:
+        return "score tile too large"
+    return None
+
+
+def _kernel(precision: str | None, causal: bool) -> str:
+    prec = f', input_precision="{precision}"' if precision else ""
+    causal_line = "        s = tl.where(rn[None, :] <= rm[:, None], s, -float('inf'))\n" if causal else ""
+    return f'''
+@triton.jit
+def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, n_heads_total, scale,
+                    s_qb, s_qm, s_qd, s_kb, s_kn, s_kd, s_vb, s_vn, s_vd, s_ob, s_om, s_od,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rd = tl.arange(0, BLOCK_D)
+    rdv = tl.arange(0, BLOCK_DV)
+    q = tl.load(q_ptr + bh * s_qb + rm[:, None] * s_qm + rd[None, :] * s_qd,
+                mask=(rm < M)[:, None] & (rd < D)[None, :], other=0.0)
+    m_i = tl.full([BLOCK_M], -float('inf'), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        rn = start + tl.arange(0, BLOCK_N)
+        kt = tl.load(k_ptr + bh * s_kb + rn[None, :] * s_kn + rd[:, None] * s_kd,
+                     mask=(rn < N)[None, :] & (rd < D)[:, None], other=0.0)
+        s = tl.dot(q, kt{prec}) * scale
+        s = tl.where((rn < N)[None, :], s, -float('inf'))
+{causal_line}        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # rows with no valid key yet keep m = -inf: rescale by 0, not by exp(nan)
+        alpha = tl.where(m_new == -float('inf'), 0.0, tl.exp(m_i - m_new))
+        p = tl.exp(s - tl.where(m_new == -float('inf'), 0.0, m_new)[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + bh * s_vb + rn[:, None] * s_vn + rdv[None, :] * s_vd,
+                    mask=(rn < N)[:, None] & (rdv < DV)[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{prec})
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + bh * s_ob + rm[:, None] * s_om + rdv[None, :] * s_od, out.to(o_ptr.dtype.element_ty),
+             mask=(rm < M)[:, None] & (rdv < DV)[None, :])
+'''
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: AttnPlan, params: dict[str, Any]) -> str:
+    algo = params["algorithm"]
+    precision = None
+    if plan.dtype == "float32":
+        precision = "ieee" if algo.endswith("ieee") else "tf32x3"
+    bm, bn = int(params["BLOCK_M"]), int(params["BLOCK_N"])
+    warps, stages = int(params["num_warps"]), int(params["num_stages"])
+    scale = "1.0 / math.sqrt(q.shape[-1])" if plan.scale is None else repr(plan.scale)
+    launcher = f'''
+import math
+
+
+def _as3(t):
+    """(batch*heads, rows, cols) view; the leading dims must merge without a copy."""
+    t3 = t.reshape(-1, t.shape[-2], t.shape[-1])
+    return t3
+
+
+def launch_attention(q, k, v):
+    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    out = torch.empty(out_shape, device=q.device, dtype=q.dtype)
+    q3, k3, v3 = _as3(q), _as3(k), _as3(v)
+    o3 = out.view(-1, out.shape[-2], out.shape[-1])
+    if not (q3.shape[0] == k3.shape[0] == v3.shape[0]):
+        raise ValueError("q, k, v batch dims differ (broadcast attention is not supported)")
+    M, D = q3.shape[1], q3.shape[2]
+    N, DV = k3.shape[1], v3.shape[2]
+    if D > 256 or DV > 256:
+        raise ValueError("head dims above 256 are not supported")
+    if out.numel() == 0:
+        return out
+    block_d = max(16, triton.next_power_of_2(D))
+    block_dv = max(16, triton.next_power_of_2(DV))
+    grid = (triton.cdiv(M, {bm}), q3.shape[0])
+    attn_fwd_kernel[grid](q3, k3, v3, o3, M, N, D, DV, q3.shape[0], {scale},
+                          q3.stride(0), q3.stride(1), q3.stride(2), k3.stride(0), k3.stride(1), k3.stride(2),
+                          v3.stride(0), v3.stride(1), v3.stride(2), o3.stride(0), o3.stride(1), o3.stride(2),
+                          BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_D=block_d, BLOCK_DV=block_dv,
+                          num_warps={warps}, num_stages={stages})
+    return out
+'''
+    doc = f"EGG expert: attention family, algorithm {algo}" + (f", precision {precision}." if precision else ".")
+    return assemble(desc, _kernel(precision, plan.causal), launcher,
+                    f"return launch_attention({plan.q}, {plan.k}, {plan.v})", doc)

@@ -1,0 +1,213 @@
+"""Elementwise/activation chains: one fused pass over the output (or, as a distinct seed, one
+kernel per op). Broadcast operands are read in place: a tensor whose non-1 dims form one
+contiguous block of the output's dims is indexed as (i // inner) % size, a one-element tensor is
+loaded once, anything else is refused at launch with a clear error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graph.records import OpNode, TaskDescription
+
+from .. import ewops
+from ..chain import Chain, collect_chain
+from ..graphview import GraphView, Leaf, Unsupported, assemble
+
+BCAST_HELPER = '''
+def _bcast(t, shape):
+    """(contiguous tensor, mode, inner, size): mode 0 = same shape, 1 = one element, 2 = block."""
+    n = 1
+    for s in shape:
+        n *= s
+    if t.numel() == 1:
+        return t.reshape(1), 1, 1, 1
+    if tuple(t.shape) == tuple(shape):
+        return t.contiguous(), 0, 1, n
+    dims = [1] * (len(shape) - t.dim()) + list(t.shape)
+    if len(dims) != len(shape):
+        raise ValueError(f"operand of shape {tuple(t.shape)} does not broadcast to {tuple(shape)}")
+    nz = [i for i, d in enumerate(dims) if d != 1]
+    lo, hi = nz[0], nz[-1]
+    for i in range(lo, hi + 1):
+        if dims[i] != shape[i]:
+            raise ValueError(f"broadcast of {tuple(t.shape)} to {tuple(shape)} is not one block")
+    inner = 1
+    for s in shape[hi + 1:]:
+        inner *= s
+    size = 1
+    for s in shape[lo:hi + 1]:
+        size *= s
+    return t.contiguous(), 2, inner, size
+'''
+
+
+@dataclass
+class EwPlan:
+    chain: Chain
+    out_node: str
+
+
+def match(view: GraphView) -> EwPlan | None:
+    nodes = view.compute_nodes()
+    if not nodes or not all(ewops.is_elementwise(n) for n in nodes):
+        return None
+    chain = collect_chain(view, nodes, internal=set())
+    if not chain.tensor_leaves:
+        raise Unsupported("elementwise graph without tensor inputs")
+    return EwPlan(chain=chain, out_node=view.resolve(view.output))
+
+
+def algorithms(plan: EwPlan) -> list[str]:
+    algos = ["fused"]
+    if len(plan.chain.nodes) > 1:
+        algos.append("kernel-per-op")
+    return algos
+
+
+def _kernel(kname: str, chain: Chain, params: dict[str, Any]) -> str:
+    """One fused kernel over the flattened output for `chain`."""
+    tl_args = ["out_ptr"]
+    for lf in chain.tensor_leaves:
+        P = f"l_{lf.name}"
+        tl_args += [f"{P}_ptr", f"{P}_inner", f"{P}_size"]
+    tl_args += [f"l_{lf.name}_val" for lf in chain.scalar_leaves]
+    tl_args.append("n_elements")
+    tl_args += [f"l_{lf.name}_MODE: tl.constexpr" for lf in chain.tensor_leaves]
+    tl_args.append("BLOCK: tl.constexpr")
+    evict = params.get("EVICT", "")
+    ev = f', eviction_policy="{evict}"' if evict else ""
+    env: dict[str, str] = {}
+    loads: list[str] = []
+    for lf in chain.tensor_leaves:
+        P = f"l_{lf.name}"
+        v = f"x_{lf.name}"
+        loads += [
+            f"if {P}_MODE == 1:",
+            f"    {v} = tl.load({P}_ptr).to(tl.float32)",
+            f"elif {P}_MODE == 2:",
+            f"    {v} = tl.load({P}_ptr + (offs // {P}_inner) % {P}_size, mask=mask, other=0.0).to(tl.float32)",
+            "else:",
+            f"    {v} = tl.load({P}_ptr + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
+        ]
+        env[lf.name] = v
+    for lf in chain.scalar_leaves:
+        env[lf.name] = f"l_{lf.name}_val"
+    body, last = chain.body(env)
+    inner = [*loads, *body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)"]
+    if params.get("PERSISTENT"):
+        head = [
+            # int64 start/step: grid-stride offsets can pass 2**31 on large tensors
+            "first = tl.program_id(0).to(tl.int64) * BLOCK",
+            "step = tl.num_programs(0).to(tl.int64) * BLOCK",
+            "for start in range(first, n_elements, step):",
+            "    offs = start + tl.arange(0, BLOCK)",
+            "    mask = offs < n_elements",
+        ]
+        lines = head + ["    " + ln for ln in inner]
+    else:
+        lines = [
+            "pid = tl.program_id(0)",
+            "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+            "mask = offs < n_elements",
+            *inner,
+        ]
+    return (
+        "@triton.jit\n"
+        + f"def {kname}({', '.join(tl_args)}):\n"
+        + "\n".join("    " + ln for ln in lines)
+        + "\n"
+    )
+
+
+def _launcher(kname: str, chain: Chain, params: dict[str, Any]) -> str:
+    tensors = [f"l_{lf.name}" for lf in chain.tensor_leaves]
+    scalars = [f"l_{lf.name}" for lf in chain.scalar_leaves]
+    sig = ", ".join(tensors + scalars)
+    lines = [
+        f"def launch_{kname}({sig}):",
+        f"    shape = torch.broadcast_shapes({', '.join(f'{t}.shape' for t in tensors)},)",
+        f"    out = torch.empty(shape, device={tensors[0]}.device, dtype={tensors[0]}.dtype)",
+        "    n = out.numel()",
+        "    if n == 0:",
+        "        return out",
+    ]
+    call_args = ["out"]
+    consts = []
+    for t in tensors:
+        lines.append(f"    {t}_c, {t}_mode, {t}_inner, {t}_size = _bcast({t}, shape)")
+        call_args += [f"{t}_c", f"{t}_inner", f"{t}_size"]
+        consts.append(f"{t}_MODE={t}_mode")
+    call_args += [f"float({s})" for s in scalars]
+    call_args.append("n")
+    block = int(params["BLOCK"])
+    if params.get("PERSISTENT"):
+        lines.append(
+            "    sms = torch.cuda.get_device_properties(out.device).multi_processor_count "
+            "if out.is_cuda else 4"
+        )
+        lines.append(f"    grid = (min(triton.cdiv(n, {block}), sms * 8),)")
+    else:
+        lines.append(f"    grid = (triton.cdiv(n, {block}),)")
+    lines.append(
+        f"    {kname}[grid]({', '.join(call_args)}, {', '.join(consts)}, BLOCK={block}, "
+        f"num_warps={int(params['num_warps'])})"
+    )
+    lines.append("    return out")
+    return "\n".join(lines) + "\n"
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: EwPlan, params: dict[str, Any]) -> str:
+    algo = params["algorithm"]
+    kernels = [ewops.HELPERS]
+    launchers = [BCAST_HELPER]
+    fwd: list[str] = []
+    if algo == "fused":
+        kernels.append(_kernel("ew_fused_kernel", plan.chain, params))
+        launchers.append(_launcher("ew_fused_kernel", plan.chain, params))
+        args = [lf.expr for lf in plan.chain.tensor_leaves + plan.chain.scalar_leaves]
+        fwd.append(f"return launch_ew_fused_kernel({', '.join(args)})")
+    elif algo == "kernel-per-op":
+        # Each op is its own kernel: intermediates go through memory (the baseline the fused
+        # seed should beat; also the safest variant when the fused kernel fails to compile).
+        produced: dict[str, Leaf] = {}
+        for i, n in enumerate(plan.chain.nodes):
+            sub = _single_op_chain(view, n, produced)
+            kname = f"ew_op{i}_kernel"
+            kernels.append(_kernel(kname, sub, params))
+            launchers.append(_launcher(kname, sub, params))
+            args = [
+                (f"t_{lf.name}" if lf.name in produced else lf.expr)
+                for lf in sub.tensor_leaves + sub.scalar_leaves
+            ]
+            fwd.append(f"t_{n.name} = launch_{kname}({', '.join(args)})")
+            produced[n.name] = Leaf(n.name, f"t_{n.name}", n.shape)
+        fwd.append(f"return t_{plan.chain.nodes[-1].name}")
+    else:
+        raise Unsupported(f"unknown elementwise algorithm {algo}")
+    ops = ", ".join(n.op for n in plan.chain.nodes)
+    doc = f"EGG expert: elementwise family, algorithm {algo} ({ops})."
+    return assemble(desc, "\n\n".join(kernels), "\n\n".join(launchers), "\n".join(fwd), doc)
+
+
+def _single_op_chain(view: GraphView, n: OpNode, produced: dict[str, Leaf]) -> Chain:
+    chain = Chain(nodes=[n])
+    seen: set[str] = set()
+    for r in view.refs(n):
+        if r in seen:
+            continue
+        seen.add(r)
+        leaf = produced.get(r) or view.leaves.get(r)
+        if leaf is None:
+            raise Unsupported(f"{n.op} reads {r}")
+        (chain.scalar_leaves if leaf.is_scalar else chain.tensor_leaves).append(leaf)
+    if not chain.tensor_leaves:
+        raise Unsupported(f"{n.op} has no tensor operand")
+    return chain
+
+
+def refinements(plan: EwPlan, params: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    if params["algorithm"] == "kernel-per-op":
+        return [("refine:fuse-chain", dict(params, algorithm="fused"),
+                 "one kernel for the whole chain: intermediates stay in registers, one read and one write")]
+    return []

@@ -1,0 +1,202 @@
+"""Max / average pooling, 1D/2D/3D (kernel, stride, padding, dilation for max; count_include_pad
+for avg), with a scalar elementwise prologue/epilogue fused in. One program computes BLOCK output
+elements; the window is unrolled at compile time (window sizes are module constants, not shapes).
+ceil_mode, return_indices and divisor_override are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graph.records import TaskDescription
+
+from .. import ewops
+from ..chain import Chain, collect_chain
+from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
+
+POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
+
+
+@dataclass
+class PoolPlan:
+    op: str
+    nd: int
+    kernel: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    count_include_pad: bool
+    x: Leaf
+    prologue: Chain
+    epilogue: Chain
+    pool_node: str
+    scalars: list[Leaf]
+
+
+def _tup(v: Any, nd: int, name: str) -> list[int]:
+    if is_node(v):
+        raise Unsupported(f"pooling {name} is a tensor")
+    vals = v if isinstance(v, list) else [v] * nd
+    if len(vals) != nd:
+        raise Unsupported(f"pooling {name}={v!r}")
+    return [int(x) for x in vals]
+
+
+def match(view: GraphView) -> PoolPlan | None:
+    nodes = view.compute_nodes()
+    pools = [n for n in nodes if n.op in POOL_OPS]
+    if len(pools) != 1:
+        return None
+    p = pools[0]
+    nd = int(p.op[-2])
+    kind = p.op.split("_")[0]
+    if p.kind == "call_module":
+        a = p.module_attrs
+        get = lambda k, d: a.get(k, d)  # noqa: E731
+    else:
+        pos = {"kernel_size": 1, "stride": 2, "padding": 3, "dilation": 4, "ceil_mode": 5 if kind == "max" else 4,
+               "return_indices": 6, "count_include_pad": 5, "divisor_override": 6}
+
+        def get(k: str, d: Any) -> Any:
+            if kind == "avg" and k == "dilation":
+                return d
+            return arg_value(p, pos[k], k, d)
+
+    ks = _tup(get("kernel_size", None), nd, "kernel_size")
+    stride_v = get("stride", None)
+    stride = ks if stride_v in (None, []) else _tup(stride_v, nd, "stride")
+    padding = _tup(get("padding", 0), nd, "padding")
+    dilation = _tup(get("dilation", 1), nd, "dilation") if kind == "max" else [1] * nd
+    if get("ceil_mode", False):
+        raise Unsupported("pooling with ceil_mode=True")
+    if kind == "max" and get("return_indices", False):
+        raise Unsupported("max pooling with return_indices")
+    if kind == "avg" and get("divisor_override", None) is not None:
+        raise Unsupported("avg pooling with divisor_override")
+    cip = bool(get("count_include_pad", True)) if kind == "avg" else True
+    i = [n.name for n in nodes].index(p.name)
+    pro, epi = nodes[:i], nodes[i + 1 :]
+    prologue = collect_chain(view, pro, internal=set())
+    src = view.refs(p)[0]
+    if pro:
+        if len(prologue.tensor_leaves) != 1:
+            raise Unsupported("pooling prologue reads more than one tensor")
+        x = prologue.tensor_leaves[0]
+    else:
+        x = view.leaves.get(src)
+        if x is None or x.is_scalar:
+            raise Unsupported("pooling input is not a tensor argument")
+    if x.shape is None or len(x.shape) != nd + 2:
+        raise Unsupported(f"{p.op} over a {len(x.shape or [])}-d input (batched inputs only)")
+    epilogue = collect_chain(view, epi, internal={p.name})
+    if epilogue.tensor_leaves:
+        raise Unsupported("pooling epilogue reads other tensors")
+    scalars: list[Leaf] = []
+    for lf in prologue.scalar_leaves + epilogue.scalar_leaves:
+        if lf.name not in [s.name for s in scalars]:
+            scalars.append(lf)
+    return PoolPlan(kind, nd, ks, stride, padding, dilation, cip, x, prologue, epilogue, p.name, scalars)
+
+
+def algorithms(plan: PoolPlan) -> list[str]:
+    return ["direct-window"]
+
+
+def defaults(plan: PoolPlan, algorithm: str) -> dict[str, Any]:
+    return {"BLOCK": 512, "num_warps": 4}
+
+
+def space(plan: PoolPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
+    return {"tiling": {"BLOCK": [1024, 256, 2048]}, "memory": {"num_warps": [8, 2]}}.get(stage, {})
+
+
+def _pad3(v: list[int], fill: int) -> list[int]:
+    return [fill] * (3 - len(v)) + v
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dict[str, Any]) -> str:
+    KD, KH, KW = _pad3(plan.kernel, 1)
+    SD, SH, SW = _pad3(plan.stride, 1)
+    PD, PH, PW = _pad3(plan.padding, 0)
+    DD, DH, DW = _pad3(plan.dilation, 1)
+    is_max = plan.op == "max"
+    fill = "-float('inf')" if is_max else "0.0"
+    env = {plan.x.name: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
+    pro, plast = plan.prologue.body(env, var_prefix="p_")
+    eenv = {plan.pool_node: "res", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
+    epi, elast = plan.epilogue.body(eenv, var_prefix="e_")
+    inner = [
+        "idd = od * SD - PD + kd * DD",
+        "ih = oh * SH - PH + kh * DH",
+        "iw = ow * SW - PW + kw * DW",
+        "ok = mask & (idd >= 0) & (idd < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        "v = tl.load(x_ptr + ((nc * D + idd) * H + ih) * W + iw, mask=ok, other=0.0).to(tl.float32)",
+        *pro,
+        f"v = tl.where(ok, {plast or 'v'}, {fill})",
+    ]
+    if is_max:
+        inner.append("acc = tl.maximum(acc, v)")
+    else:
+        inner += ["acc += v"]
+        if not plan.count_include_pad:
+            inner.append("cnt += tl.where(ok, 1.0, 0.0)")
+    if is_max:
+        final = "res = acc"
+    elif plan.count_include_pad:
+        final = f"res = acc / {float(KD * KH * KW)!r}"
+    else:
+        final = "res = acc / cnt"
+    scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
+    body = [
+        "pid = tl.program_id(0)",
+        "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        "mask = offs < total",
+        "ow = offs % OW",
+        "t = offs // OW",
+        "oh = t % OH",
+        "t = t // OH",
+        "od = t % OD",
+        "nc = t // OD",
+        f"acc = tl.full([BLOCK], {fill}, tl.float32)",
+        "cnt = tl.zeros([BLOCK], dtype=tl.float32)",
+        "for kd in tl.static_range(KD):",
+        "    for kh in tl.static_range(KH):",
+        "        for kw in tl.static_range(KW):",
+        *["            " + x for x in inner],
+        final,
+        *epi,
+        f"tl.store(out_ptr + offs, {elast or 'res'}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+    consts = ", ".join(f"{n}: tl.constexpr" for n in
+                       ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "BLOCK"))
+    kernel = (f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, D, H, W, OD, OH, OW{scal}, {consts}):\n"
+              + "\n".join("    " + x for x in body) + "\n")
+    nd = plan.nd
+    scall = "".join(f", float(l_{lf.name})" for lf in plan.scalars)
+    sargs = "".join(f", l_{lf.name}" for lf in plan.scalars)
+    block = int(params["BLOCK"])
+    launcher = f'''
+def launch_pool(x{sargs}):
+    if x.dim() != {nd + 2}:
+        raise ValueError(f"expected a {nd + 2}-d input, got {{tuple(x.shape)}}")
+    x = x.contiguous()
+    spatial = [1] * {3 - nd} + list(x.shape[2:])
+    D, H, W = spatial
+    k, s, p, d = {[KD, KH, KW]!r}, {[SD, SH, SW]!r}, {[PD, PH, PW]!r}, {[DD, DH, DW]!r}
+    outs = [(L + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i, L in enumerate(spatial)]
+    if min(outs) <= 0:
+        raise ValueError("pooling window larger than the padded input")
+    out = torch.empty(list(x.shape[:2]) + outs[{3 - nd}:], device=x.device, dtype=x.dtype)
+    total = out.numel()
+    if total == 0:
+        return out
+    OD, OH, OW = outs
+    pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, D, H, W, OD, OH, OW{scall},
+        KD={KD}, KH={KH}, KW={KW}, SD={SD}, SH={SH}, SW={SW}, PD={PD}, PH={PH}, PW={PW},
+        DD={DD}, DH={DH}, DW={DW}, BLOCK={block}, num_warps={int(params["num_warps"])})
+    return out
+'''
+    call = [plan.x.expr] + [lf.expr for lf in plan.scalars]
+    doc = f"EGG expert: pooling family ({plan.op}_pool{nd}d), algorithm direct-window."
+    return assemble(desc, ewops.HELPERS + "\n\n" + kernel, launcher, f"return launch_pool({', '.join(call)})", doc)

@@ -1,0 +1,439 @@
+"""Row-wise normalisations: elementwise DAGs mixed with keepdim reductions over the trailing dims,
+plus layer_norm / rms_norm / var / std. Covers LayerNorm, RMSNorm (module or written out as
+x / sqrt(mean(x**2) + eps)), L1/L2 row normalisation, row-wise standardisation, ...
+
+Each row (the trailing reduced dims, flattened to R) is one program. Statistics are computed in
+dependency levels (the variance needs the mean first):
+  whole-row   the row is loaded once into registers and every level is computed from it
+              (rows longer than WHOLE_ROW_MAX fall back, at run time, to the multi-pass kernel)
+  multi-pass  one streaming pass over the row per level, then a final pass that writes
+Operands: full-shape tensors, per-column tensors (weights over the normalised dims), per-row
+tensors, and one-element tensors, classified at launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graph.records import OpNode, TaskDescription
+
+from .. import ewops
+from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
+
+WHOLE_ROW_MAX = 16384
+RED_KINDS = {"sum", "mean", "amax", "amin"}
+_IDENT = {"sum": "0.0", "amax": "-float('inf')", "amin": "float('inf')"}
+_RED_FN = {"sum": "tl.sum", "amax": "tl.max", "amin": "tl.min"}
+_COMBINE = {"sum": "{a} + {b}", "amax": "tl.maximum({a}, {b})", "amin": "tl.minimum({a}, {b})"}
+
+
+@dataclass
+class DNode:
+    name: str
+    kind: str  # "ew" | "red"
+    deps: list[str]
+    expr: Callable[[dict[str, str]], str] | None = None  # ew: env -> expression
+    red: str = ""  # red: sum | amax | amin (mean = sum then an ew divide)
+    level: int = 0
+
+
+@dataclass
+class RowPlan:
+    nodes: list[DNode]
+    leaves: list[Leaf]  # tensor leaves
+    scalars: list[Leaf]
+    out: str
+    ndims_reduced: int
+    x_leaf: Leaf  # a full-shape leaf that sizes the launch
+    n_levels: int
+    ops: list[str] = field(default_factory=list)
+
+
+def _trailing_dims(n: OpNode, rank: int) -> int:
+    d = arg_value(n, 1, "dim")
+    if d is None or is_node(d):
+        raise Unsupported(f"{n.op} without a constant dim")
+    ds = sorted({int(x) % rank for x in (d if isinstance(d, list) else [d])})
+    if ds != list(range(rank - len(ds), rank)):
+        raise Unsupported(f"{n.op} over dims {ds} is not over the trailing dims")
+    return len(ds)
+
+
+class _Builder:
+    def __init__(self, view: GraphView):
+        self.view = view
+        self.nodes: list[DNode] = []
+        self.leaves: list[Leaf] = []
+        self.scalars: list[Leaf] = []
+        self.known: set[str] = set()
+        self.ndims: int | None = None
+        self.k = 0
+
+    def leaf(self, lf: Leaf) -> str:
+        if lf.name not in self.known:
+            self.known.add(lf.name)
+            (self.scalars if lf.is_scalar else self.leaves).append(lf)
+        return lf.name
+
+    def ref(self, a: Any) -> str:
+        name = self.view.resolve(a["node"])
+        if name in self.known:
+            return name
+        lf = self.view.leaves.get(name)
+        if lf is None:
+            raise Unsupported(f"value {name} is not available")
+        return self.leaf(lf)
+
+    def fresh(self, tag: str) -> str:
+        self.k += 1
+        return f"{tag}{self.k}"
+
+    def ew(self, name: str, deps: list[str], fn: Callable[[dict[str, str]], str]) -> str:
+        self.nodes.append(DNode(name, "ew", deps, expr=fn))
+        self.known.add(name)
+        return name
+
+    def red(self, name: str, src: str, kind: str) -> str:
+        self.nodes.append(DNode(name, "red", [src], red=kind))
+        self.known.add(name)
+        return name
+
+    def set_ndims(self, k: int) -> None:
+        if self.ndims is None:
+            self.ndims = k
+        elif self.ndims != k:
+            raise Unsupported("reductions over different dims")
+
+    def mean(self, name: str, src: str) -> str:
+        s = self.red(self.fresh("sum"), src, "sum")
+        return self.ew(name, [s], lambda e, s=s: f"{e[s]} / R")
+
+    def centered_sq(self, src: str) -> tuple[str, str]:
+        """(mean, sum of squared deviations) of src: two levels, numerically stable."""
+        mu = self.mean(self.fresh("mu"), src)
+        d = self.ew(self.fresh("dev"), [src, mu], lambda e, a=src, m=mu: f"({e[a]} - {e[m]})")
+        d2 = self.ew(self.fresh("dev2"), [d], lambda e, d=d: f"{e[d]} * {e[d]}")
+        ss = self.red(self.fresh("ss"), d2, "sum")
+        return mu, ss
+
+
+def match(view: GraphView) -> RowPlan | None:
+    nodes = view.compute_nodes()
+    special = {"layer_norm", "rms_norm", "var", "std", "instance_norm"}
+    has_red = any(n.op in RED_KINDS | special | {"norm"} for n in nodes)
+    if not has_red:
+        return None
+    out_node = view.nodes[view.output]
+    b = _Builder(view)
+    ops: list[str] = []
+    for n in nodes:
+        ops.append(n.op)
+        if ewops.is_elementwise(n):
+            deps = [b.ref({"node": r}) for r in view.refs(n)]
+
+            def fn(e: dict[str, str], n: OpNode = n) -> str:
+                def val(a: Any) -> str:
+                    if is_node(a):
+                        return e[view.resolve(a["node"])]
+                    return flit(a)
+
+                return ewops.emit(n, val)
+
+            b.ew(n.name, deps, fn)
+            continue
+        src_ref = n.args[0] if n.args else n.kwargs.get("input")
+        if not is_node(src_ref):
+            raise Unsupported(f"{n.op} of a constant")
+        src = b.ref(src_ref)
+        src_rank = len(view.nodes[view.resolve(src_ref["node"])].shape or [])
+        if n.op in RED_KINDS | {"var", "std", "norm"}:
+            if n.op == "norm":
+                p = arg_value(n, 1, "p", "fro")
+                if p not in (2, 2.0, "fro"):
+                    raise Unsupported(f"norm(p={p!r})")
+                dim = n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else None)
+                keep = bool(n.kwargs.get("keepdim", n.args[3] if len(n.args) > 3 else False))
+                k = _trailing_dims(n.model_copy(update={"args": [src_ref, dim]}), src_rank) if dim is not None \
+                    else src_rank
+            else:
+                keep = bool(arg_value(n, 2, "keepdim", False))
+                k = _trailing_dims(n, src_rank)
+            if not keep:
+                raise Unsupported(f"{n.op} without keepdim inside a row normalisation")
+            b.set_ndims(k)
+            if n.op in ("sum", "amax", "amin"):
+                b.red(n.name, src, n.op)
+            elif n.op == "mean":
+                b.mean(n.name, src)
+            elif n.op == "norm":
+                sq = b.ew(b.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
+                ss = b.red(b.fresh("ss"), sq, "sum")
+                b.ew(n.name, [ss], lambda e, ss=ss: f"tl.sqrt({e[ss]})")
+            else:
+                corr = n.kwargs.get("correction")
+                if corr is None:
+                    unbiased = n.kwargs.get("unbiased", True)
+                    corr = 1 if unbiased else 0
+                _, ss = b.centered_sq(src)
+                if n.op == "var":
+                    b.ew(n.name, [ss], lambda e, ss=ss, c=corr: f"{e[ss]} / (R - {flit(c)})")
+                else:
+                    b.ew(n.name, [ss], lambda e, ss=ss, c=corr: f"tl.sqrt({e[ss]} / (R - {flit(c)}))")
+            continue
+        if n.op in ("layer_norm", "rms_norm"):
+            if n.kind == "call_module":
+                shape = n.module_attrs.get("normalized_shape")
+                eps = n.module_attrs.get("eps", 1e-5)
+                affine = n.module_attrs.get("elementwise_affine", True)
+                w = b.leaf(Leaf(f"{n.name}_w", f"self.{n.target}.weight", None)) if affine else None
+                has_b = affine and n.op == "layer_norm" and n.module_attrs.get("bias", True)
+                bias = b.leaf(Leaf(f"{n.name}_b", f"self.{n.target}.bias", None)) if has_b else None
+            else:
+                shape = arg_value(n, 1, "normalized_shape")
+                wref = arg_value(n, 2, "weight")
+                w = b.ref(wref) if is_node(wref) else None
+                if n.op == "layer_norm":
+                    bref = arg_value(n, 3, "bias")
+                    bias = b.ref(bref) if is_node(bref) else None
+                    eps = arg_value(n, 4, "eps", 1e-5)
+                else:
+                    bias = None
+                    eps = arg_value(n, 3, "eps", None)
+            if eps is None:
+                eps = 1.1920928955078125e-07  # torch.finfo(float32).eps, RMSNorm's default
+            k = len(shape) if isinstance(shape, list) else 1
+            b.set_ndims(k)
+            if n.op == "layer_norm":
+                mu, ss = b.centered_sq(src)
+                core = b.ew(b.fresh("ln"), [src, mu, ss],
+                            lambda e, s=src, m=mu, q=ss, eps=eps:
+                            f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})")
+            else:
+                sq = b.ew(b.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
+                ms = b.mean(b.fresh("ms"), sq)
+                core = b.ew(b.fresh("rms"), [src, ms],
+                            lambda e, s=src, m=ms, eps=eps: f"{e[s]} * tl.rsqrt({e[m]} + {flit(eps)})")
+            if w is not None:
+                core = b.ew(b.fresh("wt"), [core, w], lambda e, c=core, w=w: f"{e[c]} * {e[w]}")
+            if bias is not None:
+                core = b.ew(b.fresh("bs"), [core, bias], lambda e, c=core, bb=bias: f"{e[c]} + {e[bb]}")
+            b.ew(n.name, [core], lambda e, c=core: e[c])
+            continue
+        if n.op == "instance_norm" and n.kind == "call_module":
+            # per (sample, channel) over the spatial dims: a layer norm over the trailing rank-2 dims
+            if n.module_attrs.get("affine") or n.module_attrs.get("track_running_stats"):
+                raise Unsupported("instance_norm with affine weights or running stats")
+            b.set_ndims(len(n.shape or []) - 2)
+            mu, ss = b.centered_sq(src)
+            eps = float(n.module_attrs.get("eps", 1e-5))
+            core = b.ew(b.fresh("in"), [src, mu, ss],
+                        lambda e, s=src, m=mu, q=ss, eps=eps:
+                        f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})")
+            b.ew(n.name, [core], lambda e, c=core: e[c])
+            continue
+        raise Unsupported(f"{n.op} inside a row normalisation")
+    out = view.output
+    if out_node.shape is None or b.ndims is None:
+        return None
+    # The output must be row-shaped (not a reduced statistic) for this family.
+    full = [lf for lf in b.leaves if lf.shape == out_node.shape]
+    if not full:
+        raise Unsupported("row normalisation whose output is not input-shaped")
+    # dependency levels: a reduction sits one level above the reductions it (transitively) reads
+    level: dict[str, int] = {}
+    for dn in b.nodes:
+        lv = max((level.get(d, 0) for d in dn.deps), default=0)
+        dn.level = lv + 1 if dn.kind == "red" else lv
+        level[dn.name] = dn.level
+    return RowPlan(nodes=b.nodes, leaves=b.leaves, scalars=b.scalars, out=out, ndims_reduced=b.ndims,
+                   x_leaf=full[0], n_levels=max((d.level for d in b.nodes if d.kind == "red"), default=0),
+                   ops=ops)
+
+
+def algorithms(plan: RowPlan) -> list[str]:
+    return ["whole-row", "multi-pass"]
+
+
+def defaults(plan: RowPlan, algorithm: str) -> dict[str, Any]:
+    return {"BLOCK_N": 4096, "num_warps": 8}
+
+
+def space(plan: RowPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
+    sp = dict(sp)
+    sp.pop("ROWS", None)
+    if params["algorithm"] == "whole-row":
+        sp.pop("BLOCK_N", None)
+    return sp
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _loads(plan: RowPlan, cols: str, mask: str) -> tuple[list[str], dict[str, str]]:
+    lines: list[str] = []
+    env: dict[str, str] = {}
+    for lf in plan.leaves:
+        p = f"l_{lf.name}"
+        v = f"x_{lf.name}"
+        lines += [
+            f"if {p}_MODE == 0:",
+            f"    {v} = tl.load({p}_ptr + row * R + {cols}, mask={mask}, other=0.0).to(tl.float32)",
+            f"elif {p}_MODE == 1:",
+            f"    {v} = tl.load({p}_ptr + {cols}, mask={mask}, other=0.0).to(tl.float32)",
+            f"elif {p}_MODE == 2:",
+            f"    {v} = tl.load({p}_ptr + row).to(tl.float32)",
+            "else:",
+            f"    {v} = tl.load({p}_ptr).to(tl.float32)",
+        ]
+        env[lf.name] = v
+    for lf in plan.scalars:
+        env[lf.name] = f"l_{lf.name}_val"
+    return lines, env
+
+
+def _needed(plan: RowPlan, targets: list[str]) -> list[DNode]:
+    """ew nodes needed (transitively, stopping at reductions) to compute `targets`."""
+    by = {d.name: d for d in plan.nodes}
+    need: set[str] = set()
+    stack = list(targets)
+    while stack:
+        t = stack.pop()
+        if t in need or t not in by:
+            continue
+        need.add(t)
+        if by[t].kind == "ew":
+            stack.extend(by[t].deps)
+    return [d for d in plan.nodes if d.name in need and d.kind == "ew"]
+
+
+def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
+    L = ["row = tl.program_id(0).to(tl.int64)", "cols = tl.arange(0, BLOCK_N)", "mask = cols < R"]
+    loads, env = _loads(plan, "cols", "mask")
+    L += loads
+    for i, d in enumerate(plan.nodes):
+        var = f"t{i}"
+        if d.kind == "ew":
+            assert d.expr is not None
+            L.append(f"{var} = {d.expr(env)}")
+        else:
+            src = env[d.deps[0]]
+            L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 0)")
+        env[d.name] = var
+    L.append(f"tl.store(out_ptr + row * R + cols, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)")
+    return ("@triton.jit\ndef rn_whole_row_kernel(" + sig + ", BLOCK_N: tl.constexpr):\n"
+            + "\n".join("    " + x for x in L) + "\n")
+
+
+def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
+    L = ["row = tl.program_id(0).to(tl.int64)", "cols0 = tl.arange(0, BLOCK_N)"]
+    stats: dict[str, str] = {}
+    by_level: dict[int, list[DNode]] = {}
+    for d in plan.nodes:
+        if d.kind == "red":
+            by_level.setdefault(d.level, []).append(d)
+    for lv in sorted(by_level):
+        reds = by_level[lv]
+        for r in reds:
+            L.append(f"acc_{r.name} = tl.full([BLOCK_N], {_IDENT[r.red]}, tl.float32)")
+        body = ["cols = start + cols0", "mask = cols < R"]
+        loads, env = _loads(plan, "cols", "mask")
+        env.update(stats)
+        body += loads
+        for d in _needed(plan, [r.deps[0] for r in reds]):
+            body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
+            env[d.name] = f"v_{d.name}"
+        for r in reds:
+            comb = _COMBINE[r.red].format(a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})")
+            body.append(f"acc_{r.name} = {comb}")
+        L.append("for start in range(0, R, BLOCK_N):")
+        L += ["    " + x for x in body]
+        # Statistics of this level, and the ew values derived only from them, as scalars.
+        for r in reds:
+            L.append(f"s_{r.name} = {_RED_FN[r.red]}(acc_{r.name}, 0)")
+            stats[r.name] = f"s_{r.name}"
+    body = ["cols = start + cols0", "mask = cols < R"]
+    loads, env = _loads(plan, "cols", "mask")
+    env.update(stats)
+    body += loads
+    for d in _needed(plan, [plan.out]):
+        body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
+        env[d.name] = f"v_{d.name}"
+    body.append(f"tl.store(out_ptr + row * R + cols, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)")
+    L.append("for start in range(0, R, BLOCK_N):")
+    L += ["    " + x for x in body]
+    return ("@triton.jit\ndef rn_multi_pass_kernel(" + sig + ", BLOCK_N: tl.constexpr):\n"
+            + "\n".join("    " + x for x in L) + "\n")
+
+
+_MODE_HELPER = '''
+def _row_mode(t, shape, lo):
+    """0 = full, 1 = per-column (varies only over the normalised dims), 2 = per-row, 3 = scalar."""
+    if t.numel() == 1:
+        return t.reshape(1), 3
+    if tuple(t.shape) == tuple(shape):
+        return t.contiguous(), 0
+    dims = [1] * (len(shape) - t.dim()) + list(t.shape)
+    if len(dims) == len(shape):
+        if all(d == 1 for d in dims[:lo]) and dims[lo:] == list(shape[lo:]):
+            return t.contiguous(), 1
+        if all(d == 1 for d in dims[lo:]) and dims[:lo] == list(shape[:lo]):
+            return t.contiguous(), 2
+    raise ValueError(f"operand of shape {tuple(t.shape)} cannot be read row-wise for {tuple(shape)}")
+'''
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict[str, Any]) -> str:
+    algo = params["algorithm"]
+    warps = int(params["num_warps"])
+    parts = [f"l_{lf.name}_ptr" for lf in plan.leaves] + ["out_ptr", "R"]
+    parts += [f"l_{lf.name}_val" for lf in plan.scalars]
+    parts += [f"l_{lf.name}_MODE: tl.constexpr" for lf in plan.leaves]
+    sig = ", ".join(parts)
+    kernels = [ewops.HELPERS, _multi_pass_kernel(plan, sig)]
+    if algo == "whole-row":
+        kernels.append(_whole_row_kernel(plan, sig))
+    tens = [f"l_{lf.name}" for lf in plan.leaves]
+    scal = [f"l_{lf.name}" for lf in plan.scalars]
+    x = f"l_{plan.x_leaf.name}"
+    L = [
+        f"def launch_rownorm({', '.join(tens + scal)}):",
+        f"    shape = tuple({x}.shape)",
+        f"    lo = len(shape) - {plan.ndims_reduced}",
+        "    R = 1",
+        "    for s in shape[lo:]:",
+        "        R *= s",
+        "    rows = 1",
+        "    for s in shape[:lo]:",
+        "        rows *= s",
+        f"    out = torch.empty(shape, device={x}.device, dtype={x}.dtype)",
+        "    if out.numel() == 0:",
+        "        return out",
+    ]
+    call, consts = [], []
+    for t in tens:
+        L.append(f"    {t}_c, {t}_mode = _row_mode({t}, shape, lo)")
+        call.append(f"{t}_c")
+        consts.append(f"l_{t[2:]}_MODE={t}_mode")
+    args = ", ".join([*call, "out", "R", *[f"float({s})" for s in scal]])
+    kw = ", ".join(consts)
+    kw = kw + ", " if kw else ""
+    if algo == "whole-row":
+        L += [
+            "    block = triton.next_power_of_2(R)",
+            f"    if block <= {WHOLE_ROW_MAX}:",
+            "        warps = 4 if block <= 1024 else (8 if block <= 4096 else 16)",
+            f"        rn_whole_row_kernel[(rows,)]({args}, {kw}BLOCK_N=block, num_warps=warps)",
+            "        return out",
+        ]
+    block = int(params.get("BLOCK_N", 4096))
+    L += [
+        f"    rn_multi_pass_kernel[(rows,)]({args}, {kw}BLOCK_N=min({block}, triton.next_power_of_2(R)), "
+        f"num_warps={warps})",
+        "    return out",
+    ]
+    fwd_args = [lf.expr for lf in plan.leaves + plan.scalars]
+    doc = f"EGG expert: rownorm family ({', '.join(sorted(set(plan.ops)))}), algorithm {algo}."
+    return assemble(desc, "\n\n".join(kernels), _MODE_HELPER + "\n\n" + "\n".join(L) + "\n",
+                    f"return launch_rownorm({', '.join(fwd_args)})", doc)

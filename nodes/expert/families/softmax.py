@@ -1,0 +1,357 @@
+"""Softmax / log-softmax over any dim, with scalar elementwise prologue/epilogue fused in.
+
+Last-dim reductions (inner == 1 at run time) use a row kernel whose algorithm is the seed:
+  online      one pass keeping a running max and rescaled sum, one pass to write (2 reads)
+  whole-row   the row lives in registers: one read, one write (short rows; long rows at run time
+              go to the online kernel, which the file also contains)
+  three-pass  max, then sum, then write (3 reads; the simplest, and the safest fallback)
+Other dims (inner > 1) use a column-tiled online kernel over the (outer, R, inner) view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graph.records import TaskDescription
+
+from .. import ewops
+from ..chain import Chain, collect_chain
+from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
+
+WHOLE_ROW_MAX = 16384  # beyond this a register-resident row spills; the launcher uses online
+
+
+@dataclass
+class SmPlan:
+    x: Any  # Leaf
+    log: bool
+    dim: int
+    prologue: Chain
+    epilogue: Chain
+    sm_node: str
+    row_len: int  # as captured (for ordering the seeds only; kernels read it at run time)
+    inner: int = 1  # product of the dims after `dim`, as captured
+
+
+def match(view: GraphView) -> SmPlan | None:
+    nodes = view.compute_nodes()
+    sm = [n for n in nodes if n.op in ("softmax", "log_softmax")]
+    if len(sm) != 1:
+        return None
+    s = sm[0]
+    i = nodes.index(s)
+    pro, epi = nodes[:i], nodes[i + 1 :]
+    dim = arg_value(s, 1, "dim")
+    if dim is None or is_node(dim):
+        raise Unsupported("softmax without an explicit constant dim")
+    if s.kwargs.get("dtype") not in (None,):
+        raise Unsupported("softmax with a dtype argument")
+    src = view.refs(s)
+    if len(src) != 1:
+        raise Unsupported("softmax input is not a single tensor")
+    prologue = collect_chain(view, pro, internal=set())
+    if pro:
+        if len(prologue.tensor_leaves) != 1 or src[0] != pro[-1].name:
+            raise Unsupported("softmax prologue reads more than one tensor")
+        x = prologue.tensor_leaves[0]
+    else:
+        x = view.leaves.get(src[0])
+        if x is None or x.is_scalar:
+            raise Unsupported("softmax input is not a forward argument or parameter")
+    epilogue = collect_chain(view, epi, internal={s.name})
+    if epilogue.tensor_leaves:
+        raise Unsupported("softmax epilogue reads other tensors")
+    if any(n.shape != s.shape for n in pro + epi):
+        raise Unsupported("softmax prologue/epilogue changes the shape")
+    shape = s.shape or []
+    d = int(dim) % max(len(shape), 1)
+    return SmPlan(
+        x=x,
+        log=s.op == "log_softmax",
+        dim=int(dim),
+        prologue=prologue,
+        epilogue=epilogue,
+        sm_node=s.name,
+        row_len=shape[d] if shape else 1,
+        inner=_prod(shape[d + 1 :]),
+    )
+
+
+def _prod(xs: list[int]) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def algorithms(plan: SmPlan) -> list[str]:
+    if plan.inner > 1:
+        # Not the last dim: one column-tiled online kernel; the row algorithms would not run.
+        return ["column-online"]
+    if plan.row_len <= WHOLE_ROW_MAX:
+        return ["whole-row", "online", "three-pass"]
+    return ["online", "three-pass", "whole-row"]
+
+
+def defaults(plan: SmPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm == "whole-row":
+        # 0 = chosen at run time from the actual row length (the captured sizes may be the
+        # shrunk CPU ones): several short rows per program, warps scaled with the tile.
+        return {"ROWS": 0, "num_warps": 0}
+    return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8}
+
+
+def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
+    if params["algorithm"] != "whole-row" and params.get("ROWS", 1) != 1:
+        return "ROWS applies to the whole-row algorithm only"
+    if params["algorithm"] != "whole-row" and params.get("num_warps") == 0:
+        return "automatic warps apply to the whole-row algorithm only"
+    return None
+
+
+def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
+    sp = dict(sp)
+    if params["algorithm"] == "whole-row":
+        sp.pop("BLOCK_N", None)  # the row length fixes the block
+    else:
+        sp.pop("ROWS", None)
+    return sp
+
+
+def refinements(plan: SmPlan, params: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    out = []
+    if params["algorithm"] == "three-pass":
+        p = dict(params, algorithm="online")
+        out.append(("refine:online-max-sum", p, "merge the max and sum passes (one read fewer)"))
+    if params["algorithm"] in ("online", "three-pass") and plan.row_len <= WHOLE_ROW_MAX:
+        p = dict(params, algorithm="whole-row")
+        p.update(defaults(plan, "whole-row"))
+        p.pop("BLOCK_N", None)
+        out.append(("refine:row-in-registers", p, "the row fits in registers: read it once"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# code generation
+# ---------------------------------------------------------------------------------------------
+
+
+def _scalar_args(plan: SmPlan) -> list[str]:
+    names: list[str] = []
+    for lf in plan.prologue.scalar_leaves + plan.epilogue.scalar_leaves:
+        if f"l_{lf.name}" not in names:
+            names.append(f"l_{lf.name}")
+    return names
+
+
+def _pro(plan: SmPlan, xvar: str, mask: str, tag: str) -> list[str]:
+    """Load-side transform: prologue chain, then masked lanes to -inf."""
+    env = {plan.x.name: xvar}
+    for lf in plan.prologue.scalar_leaves:
+        env[lf.name] = f"l_{lf.name}"
+    lines, last = plan.prologue.body(env, var_prefix=f"p{tag}_")
+    lines.append(f"{xvar} = tl.where({mask}, {last or xvar}, -float('inf'))")
+    return lines
+
+
+def _epi(plan: SmPlan, yvar: str, tag: str) -> tuple[list[str], str]:
+    env = {plan.sm_node: yvar}
+    for lf in plan.epilogue.scalar_leaves:
+        env[lf.name] = f"l_{lf.name}"
+    lines, last = plan.epilogue.body(env, var_prefix=f"e{tag}_")
+    return lines, last or yvar
+
+
+def _ind(lines: list[str], n: int) -> list[str]:
+    return [" " * n + ln for ln in lines]
+
+
+def _normalize(plan: SmPlan, xvar: str, m: str, d: str) -> str:
+    return f"{xvar} - {m} - tl.log({d})" if plan.log else f"tl.exp({xvar} - {m}) / {d}"
+
+
+def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    head = f"@triton.jit\ndef {name}(x_ptr, out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
+    L = [
+        "row = tl.program_id(0).to(tl.int64)",
+        "x_row = x_ptr + row * n_cols",
+        "o_row = out_ptr + row * n_cols",
+        "cols = tl.arange(0, BLOCK_N)",
+    ]
+    load = ["offs = start + cols", "mask = offs < n_cols",
+            f"x = tl.load(x_row + offs, mask=mask, other=0.0{ev}).to(tl.float32)"]
+    epi, last = _epi(plan, "y", "")
+    store = [f"y = {_normalize(plan, 'x', 'm', 'd')}", *epi,
+             f"tl.store(o_row + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)"]
+    if algo == "online":
+        L += [
+            "m = tl.full([], -float('inf'), tl.float32)",
+            "d = tl.zeros([], dtype=tl.float32)",
+            "for start in range(0, n_cols, BLOCK_N):",
+            *_ind(load + _pro(plan, "x", "mask", "a"), 4),
+            "    m_new = tl.maximum(m, tl.max(x, 0))",
+            "    d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)",
+            "    m = m_new",
+        ]
+    elif algo == "three-pass":
+        L += [
+            "m = tl.full([], -float('inf'), tl.float32)",
+            "for start in range(0, n_cols, BLOCK_N):",
+            *_ind(load + _pro(plan, "x", "mask", "a"), 4),
+            "    m = tl.maximum(m, tl.max(x, 0))",
+            "d = tl.zeros([], dtype=tl.float32)",
+            "for start in range(0, n_cols, BLOCK_N):",
+            *_ind(load + _pro(plan, "x", "mask", "b"), 4),
+            "    d += tl.sum(tl.exp(x - m), 0)",
+        ]
+    else:
+        raise Unsupported(algo)
+    L += ["for start in range(0, n_cols, BLOCK_N):", *_ind(load + _pro(plan, "x", "mask", "c") + store, 4)]
+    return head + "\n".join(_ind(L, 4)) + "\n"
+
+
+def _whole_row_kernel(plan: SmPlan, name: str, ev: str) -> str:
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    epi, last = _epi(plan, "y", "")
+    norm = (
+        "y = x - m[:, None] - tl.log(s)[:, None]"
+        if plan.log
+        else "y = e / s[:, None]"
+    )
+    L = [
+        "rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)",
+        "cols = tl.arange(0, BLOCK_N)",
+        "mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]",
+        "offs = rows[:, None] * n_cols + cols[None, :]",
+        f"x = tl.load(x_ptr + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
+        *_pro(plan, "x", "mask", "a"),
+        "m = tl.max(x, 1)",
+        "e = tl.exp(x - m[:, None])",
+        "s = tl.sum(e, 1)",
+        norm,
+        *epi,
+        f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+    head = (
+        f"@triton.jit\ndef {name}(x_ptr, out_ptr, n_rows, n_cols{sargs}, "
+        "ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
+    )
+    return head + "\n".join(_ind(L, 4)) + "\n"
+
+
+def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
+    """Reduction over the middle dim of (outer, R, inner): tiles of [BLOCK_R, BLOCK_I] columns."""
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    epi, last = _epi(plan, "y", "")
+    load = [
+        "r = start + rr",
+        "mask = (r < R)[:, None] & cmask[None, :]",
+        "offs = base + r[:, None] * inner + ci[None, :]",
+        f"x = tl.load(x_ptr + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
+    ]
+    # Columns past `inner` hold 0 instead of -inf so their running max stays finite (no NaN).
+    fix_cols = ["x = tl.where(cmask[None, :], x, 0.0)"]
+    L = [
+        "pid = tl.program_id(0)",
+        "n_cb = tl.cdiv(inner, BLOCK_I)",
+        "o = (pid // n_cb).to(tl.int64)",
+        "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
+        "cmask = ci < inner",
+        "rr = tl.arange(0, BLOCK_R)",
+        "base = o * R * inner",
+        "m = tl.full([BLOCK_I], -float('inf'), tl.float32)",
+        "d = tl.zeros([BLOCK_I], dtype=tl.float32)",
+        "for start in range(0, R, BLOCK_R):",
+        *_ind(load + _pro(plan, "x", "mask", "a") + fix_cols, 4),
+        "    m_new = tl.maximum(m, tl.max(x, 0))",
+        "    d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[None, :]), 0)",
+        "    m = m_new",
+        "for start in range(0, R, BLOCK_R):",
+        *_ind(load + _pro(plan, "x", "mask", "c") + fix_cols, 4),
+        "    y = " + (
+            "x - m[None, :] - tl.log(d)[None, :]" if plan.log else "tl.exp(x - m[None, :]) / d[None, :]"
+        ),
+        *_ind(epi, 4),
+        f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+    head = (
+        f"@triton.jit\ndef {name}(x_ptr, out_ptr, R, inner{sargs}, "
+        "BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):\n"
+    )
+    return head + "\n".join(_ind(L, 4)) + "\n"
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[str, Any]) -> str:
+    algo = params["algorithm"]
+    ev = f', eviction_policy="{params["EVICT"]}"' if params.get("EVICT") else ""
+    warps = int(params["num_warps"])
+    kernels = [ewops.HELPERS, _col_kernel(plan, "sm_col_kernel", ev)]
+    if algo == "whole-row":
+        kernels.append(_whole_row_kernel(plan, "sm_whole_row_kernel", ev))
+        kernels.append(_row_kernel(plan, "online", "sm_row_kernel", ev))
+    elif algo in ("online", "three-pass", "column-online"):
+        # column-online still carries the row kernel: the reduced dim may be last at run time.
+        kernels.append(_row_kernel(plan, "three-pass" if algo == "three-pass" else "online", "sm_row_kernel", ev))
+    else:
+        raise Unsupported(f"unknown softmax algorithm {algo}")
+    scal = _scalar_args(plan)
+    sargs = "".join(f", {s}" for s in scal)
+    scall = "".join(f", float({s})" for s in scal)
+    block_n = int(params.get("BLOCK_N", 4096))
+    L = [
+        f"def launch_softmax(x{sargs}):",
+        "    x = x.contiguous()",
+        "    out = torch.empty_like(x)",
+        "    if x.numel() == 0:",
+        "        return out",
+        f"    d = {plan.dim} % x.dim()",
+        "    R = x.shape[d]",
+        "    inner = 1",
+        "    for s in x.shape[d + 1:]:",
+        "        inner *= s",
+        "    outer = x.numel() // (R * inner)",
+        "    if inner > 1:",
+        "        block_i = min(128, triton.next_power_of_2(inner))",
+        "        block_r = max(1, min(64, 4096 // block_i))",
+        "        grid = (outer * triton.cdiv(inner, block_i),)",
+        f"        sm_col_kernel[grid](x, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
+        "        return out",
+    ]
+    if algo == "whole-row":
+        rows = int(params.get("ROWS", 0))
+        rows_expr = "max(1, min(16, 2048 // block_n))" if rows == 0 else f"max(1, min({rows}, 32768 // block_n))"
+        warps_expr = (
+            "4 if rows * block_n <= 2048 else (8 if rows * block_n <= 8192 else 16)" if warps == 0 else str(warps)
+        )
+        L += [
+            "    block_n = triton.next_power_of_2(R)",
+            f"    if block_n <= {WHOLE_ROW_MAX}:",
+            f"        rows = {rows_expr}",
+            f"        warps = {warps_expr}",
+            f"        sm_whole_row_kernel[(triton.cdiv(outer, rows),)](x, out, outer, R{scall}, "
+            "ROWS=rows, BLOCK_N=block_n, num_warps=warps)",
+            "        return out",
+            # Rows too long for registers: the online kernel (same file) streams them.
+            f"    sm_row_kernel[(outer,)](x, out, R{scall}, BLOCK_N=4096, num_warps=8)",
+            "    return out",
+        ]
+    else:
+        L += [
+            f"    block_n = min({block_n}, triton.next_power_of_2(R))",
+            f"    sm_row_kernel[(outer,)](x, out, R{scall}, BLOCK_N=block_n, num_warps={warps})",
+            "    return out",
+        ]
+    # Scalar leaves deduplicated in the same order as _scalar_args.
+    seen: list[str] = []
+    call = [plan.x.expr]
+    for lf in plan.prologue.scalar_leaves + plan.epilogue.scalar_leaves:
+        if lf.name not in seen:
+            seen.append(lf.name)
+            call.append(lf.expr)
+    kind = "log_softmax" if plan.log else "softmax"
+    doc = f"EGG expert: softmax family ({kind}, dim={plan.dim}), algorithm {algo}."
+    return assemble(
+        desc, "\n\n".join(kernels), "\n".join(L) + "\n", f"return launch_softmax({', '.join(call)})", doc
+    )

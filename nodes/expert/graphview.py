@@ -1,0 +1,248 @@
+"""A read-only view of a TaskDescription's op graph plus the source helpers every family needs.
+
+Nothing here imports torch: the expert runs in the agent process and only writes text.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from graph.records import OpNode, ScalarInfo, TaskDescription
+
+# Ops that only rename/copy a tensor (no arithmetic); the planner looks through them.
+PASSTHROUGH = {"identity", "contiguous", "clone", "dropout", "dropout1d", "dropout2d", "alpha_dropout"}
+
+
+class Unsupported(Exception):
+    """The expert has no family for this graph; the message names the op(s)."""
+
+
+@dataclass
+class Leaf:
+    """A tensor or scalar the generated forward() passes to a kernel."""
+
+    name: str  # op-graph node name
+    expr: str  # Python expression inside ModelNew.forward (an argument name or self.<path>)
+    shape: list[int] | None
+    is_scalar: bool = False
+
+
+@dataclass
+class GraphView:
+    desc: TaskDescription
+    nodes: dict[str, OpNode] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    users: dict[str, list[str]] = field(default_factory=dict)
+    alias: dict[str, str] = field(default_factory=dict)  # passthrough node -> what it passes
+    forward_args: list[str] = field(default_factory=list)
+    leaves: dict[str, Leaf] = field(default_factory=dict)
+    output: str = ""
+
+    @classmethod
+    def of(cls, desc: TaskDescription) -> GraphView:
+        if not desc.op_graph:
+            raise Unsupported(f"no op graph captured ({desc.capture_error or 'unknown reason'})")
+        v = cls(desc=desc)
+        v.forward_args = forward_arg_names(desc.source)
+        placeholder_i = 0
+        for n in desc.op_graph:
+            v.nodes[n.name] = n
+            v.order.append(n.name)
+            if n.kind == "placeholder":
+                info = desc.inputs[placeholder_i] if placeholder_i < len(desc.inputs) else None
+                arg = (
+                    v.forward_args[placeholder_i] if placeholder_i < len(v.forward_args) else n.target
+                )
+                placeholder_i += 1
+                v.leaves[n.name] = Leaf(
+                    n.name, arg, n.shape, is_scalar=isinstance(info, ScalarInfo) or n.shape is None
+                )
+            elif n.kind == "get_attr":
+                v.leaves[n.name] = Leaf(n.name, f"self.{n.target}", n.shape)
+            elif n.kind == "call_module" and n.op in PASSTHROUGH or (
+                n.kind != "call_module" and n.op in PASSTHROUGH
+            ):
+                if n.op.startswith("dropout") or n.op == "alpha_dropout":
+                    p = n.module_attrs.get("p", arg_value(n, 1, "p", 0.5))
+                    if p not in (0, 0.0):
+                        raise Unsupported(f"{n.op}(p={p}) is random in training mode")
+                src = n.args[0] if n.args else None
+                if isinstance(src, dict) and "node" in src:
+                    v.alias[n.name] = src["node"]
+            elif n.kind == "output":
+                outs = n.args[0] if n.args else None
+                if isinstance(outs, dict) and "node" in outs:
+                    v.output = v.resolve(outs["node"])
+                else:
+                    raise Unsupported("the forward returns more than one tensor")
+        for name in v.order:
+            n = v.nodes[name]
+            if n.kind in ("call_function", "call_method", "call_module") and name not in v.alias:
+                for r in v.refs(n):
+                    v.users.setdefault(r, []).append(name)
+        return v
+
+    def resolve(self, name: str) -> str:
+        while name in self.alias:
+            name = self.alias[name]
+        return name
+
+    def refs(self, n: OpNode) -> list[str]:
+        out: list[str] = []
+
+        def walk(x: Any) -> None:
+            if isinstance(x, dict) and set(x) == {"node"}:
+                out.append(self.resolve(x["node"]))
+            elif isinstance(x, list):
+                for y in x:
+                    walk(y)
+            elif isinstance(x, dict):
+                for y in x.values():
+                    walk(y)
+
+        walk(n.args)
+        walk(n.kwargs)
+        return out
+
+    def compute_nodes(self) -> list[OpNode]:
+        """The live call_* nodes in topological order (passthroughs removed)."""
+        live: set[str] = set()
+        stack = [self.output]
+        while stack:
+            name = stack.pop()
+            if name in live:
+                continue
+            live.add(name)
+            stack.extend(self.refs(self.nodes[name]))
+        return [
+            self.nodes[n]
+            for n in self.order
+            if n in live and n not in self.alias and self.nodes[n].kind.startswith("call_")
+        ]
+
+    def leaf_of(self, name: str) -> Leaf | None:
+        return self.leaves.get(self.resolve(name))
+
+
+def arg_value(n: OpNode, pos: int, key: str, default: Any = None) -> Any:
+    """An argument given positionally or by keyword (or a module constructor attribute)."""
+    if key in n.kwargs:
+        return n.kwargs[key]
+    if len(n.args) > pos:
+        return n.args[pos]
+    if key in n.module_attrs:
+        return n.module_attrs[key]
+    return default
+
+
+def is_node(x: Any) -> bool:
+    return isinstance(x, dict) and set(x) == {"node"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Source helpers (ast over the reference file)
+# ---------------------------------------------------------------------------------------------
+
+
+def _model_class(source: str) -> ast.ClassDef:
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            return node
+    raise Unsupported("the task file has no class Model")
+
+
+def forward_arg_names(source: str) -> list[str]:
+    cls = _model_class(source)
+    for item in cls.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "forward":
+            names = [a.arg for a in item.args.posonlyargs + item.args.args][1:]
+            if item.args.vararg is not None:
+                raise Unsupported("forward(*args) is not supported")
+            return names
+    raise Unsupported("class Model has no forward")
+
+
+class _RenameSuper(ast.NodeTransformer):
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "super" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Name) and first.id == "Model":
+                node.args[0] = ast.Name(id="ModelNew", ctx=ast.Load())
+        return node
+
+
+def model_new_init(source: str) -> str:
+    """Model.__init__ verbatim (super() renamed) so state_dict names and init match."""
+    cls = _model_class(source)
+    for item in cls.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            fn = _RenameSuper().visit(ast.parse(ast.unparse(item)).body[0])
+            ast.fix_missing_locations(fn)
+            text = ast.unparse(fn)
+            return "\n".join("    " + line if line else line for line in text.splitlines())
+    return "    def __init__(self):\n        super().__init__()"
+
+
+def module_prelude(source: str) -> str:
+    """The reference's imports and simple module-level constants (Model.__init__ may use them)."""
+    tree = ast.parse(source)
+    init_names = {n.id for n in ast.walk(_model_class(source)) if isinstance(n, ast.Name)}
+    keep: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            keep.append(ast.unparse(node))
+        elif (
+            isinstance(node, ast.Assign)
+            and all(isinstance(t, ast.Name) for t in node.targets)
+            and any(t.id in init_names for t in node.targets)  # type: ignore[union-attr]
+        ):
+            try:
+                ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            keep.append(ast.unparse(node))
+    return "\n".join(keep)
+
+
+HEADER = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+"""
+
+
+def assemble(desc: TaskDescription, kernels: str, launchers: str, forward_body: str, doc: str) -> str:
+    """A whole candidate file: imports, kernels, launchers, ModelNew."""
+    prelude = module_prelude(desc.source)
+    args = ", ".join(["self", *forward_arg_names(desc.source)])
+    return (
+        f'"""{doc}"""\n\n'
+        + HEADER
+        + (prelude + "\n" if prelude else "")
+        + "\n\n"
+        + kernels.strip()
+        + "\n\n\n"
+        + launchers.strip()
+        + "\n\n\nclass ModelNew(nn.Module):\n"
+        + model_new_init(desc.source)
+        + "\n\n"
+        + f"    def forward({args}):\n"
+        + "\n".join("        " + ln if ln else ln for ln in forward_body.strip().splitlines())
+        + "\n"
+    )
+
+
+def flit(v: Any) -> str:
+    """A Python/Triton float literal for a JSON constant."""
+    if isinstance(v, dict) and "float" in v:
+        r = v["float"]
+        return {"inf": "float('inf')", "-inf": "float('-inf')", "nan": "float('nan')"}.get(r, r)
+    if isinstance(v, bool):
+        return "1.0" if v else "0.0"
+    if isinstance(v, (int, float)):
+        return repr(float(v))
+    raise Unsupported(f"non-numeric constant {v!r}")

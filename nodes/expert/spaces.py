@@ -1,0 +1,87 @@
+"""Tuning spaces, kept as data apart from the generators.
+
+For each family and stage: param -> candidate values, in the order tried when the profiler gives
+no reason to prefer another. The first value of a list is NOT the default; defaults are in
+DEFAULTS. "tune" mode walks one param at a time (coordinate search) around the best kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Space = dict[str, dict[str, list[Any]]]  # stage -> param -> values
+
+SPACES: dict[str, Space] = {
+    "elementwise": {
+        "mapping": {"PERSISTENT": [True, False]},
+        "tiling": {"BLOCK": [4096, 1024, 8192, 512, 2048]},
+        "memory": {"num_warps": [4, 8, 16, 2], "EVICT": ["evict_first", ""]},
+    },
+    "softmax": {
+        "mapping": {"ROWS": [1, 2, 4, 8]},
+        "tiling": {"BLOCK_N": [2048, 8192, 1024, 16384, 4096]},
+        "memory": {"num_warps": [4, 16, 8, 32, 2], "EVICT": ["evict_first", ""]},
+    },
+    "reduction": {
+        "tiling": {"BLOCK_N": [4096, 1024, 8192, 512]},
+        "memory": {"num_warps": [4, 16, 2]},
+    },
+    "rownorm": {
+        "tiling": {"BLOCK_N": [2048, 8192, 1024]},
+        "memory": {"num_warps": [4, 16]},
+    },
+    "gemm": {
+        "mapping": {"GROUP_M": [16, 4, 1, 8]},
+        "tiling": {
+            "BLOCK_M": [64, 128],
+            "BLOCK_N": [256, 64, 128],
+            "BLOCK_K": [64, 16, 32],
+        },
+        "memory": {"num_stages": [4, 2, 5, 3], "num_warps": [4, 8]},
+    },
+}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    # Memory-bound: 8 fp32 per thread keeps two 16-byte loads per operand in flight per thread.
+    "elementwise": {"BLOCK": 2048, "PERSISTENT": False, "num_warps": 8, "EVICT": ""},
+    # ROWS only matters for the whole-row algorithm on short rows; BLOCK_N for the looped ones.
+    "softmax": {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "EVICT": ""},
+    "reduction": {"BLOCK_N": 2048, "num_warps": 8},
+    "rownorm": {"BLOCK_N": 4096, "num_warps": 8},
+    "scan": {"BLOCK_N": 1024, "num_warps": 4},
+    "xent": {"BLOCK_N": 1024, "num_warps": 4},
+    "pooling": {"BLOCK": 512, "num_warps": 4},
+    "batchnorm": {"BLOCK": 2048, "PERSISTENT": False, "num_warps": 8, "EVICT": ""},
+    "attention": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+    # the fused epilogue after a library conv is an elementwise pass
+    "libconv": {"BLOCK": 2048, "PERSISTENT": False, "num_warps": 8, "EVICT": ""},
+    # 128x128x32 tiles, grouped ordering for L2 reuse, 3 stages: a solid sm_90 fp32 start point.
+    "gemm": {
+        "BLOCK_M": 128,
+        "BLOCK_N": 128,
+        "BLOCK_K": 32,
+        "GROUP_M": 8,
+        "num_stages": 3,
+        "num_warps": 8,
+        "SPLIT_K": 1,
+    },
+}
+
+# Which stage's params to try first for each profiler bottleneck.
+BOTTLENECK_ORDER: dict[str, dict[str, list[str]]] = {
+    "memory": {
+        "tiling": ["BLOCK", "BLOCK_N", "BLOCK_K", "BLOCK_M"],
+        "memory": ["EVICT", "num_warps", "num_stages"],
+        "mapping": ["PERSISTENT", "ROWS", "GROUP_M"],
+    },
+    "compute": {
+        "tiling": ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK"],
+        "memory": ["num_stages", "num_warps", "EVICT"],
+        "mapping": ["GROUP_M", "ROWS", "PERSISTENT"],
+    },
+    "latency": {
+        "tiling": ["BLOCK", "BLOCK_N", "BLOCK_M", "BLOCK_K"],
+        "memory": ["num_warps", "num_stages", "EVICT"],
+        "mapping": ["ROWS", "PERSISTENT", "GROUP_M"],
+    },
+}

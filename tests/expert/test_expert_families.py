@@ -1,0 +1,73 @@
+"""Every seed the expert generates for the test tasks runs under TRITON_INTERPRET=1 and matches
+the PyTorch reference (odd, non-power-of-two sizes, 2 random trials, atol/rtol 1e-4)."""
+
+from __future__ import annotations
+
+import pytest
+from expert_tasks import CASES
+
+SUPPORTED = [n for n in CASES if not n.startswith("unsupported")]
+
+EXPECTED_FAMILY = {
+    "gelu_chain": "elementwise",
+    "act_zoo": "elementwise",
+    "channel_bias": "elementwise",
+    "scalar_arg": "elementwise",
+    "softmax": "softmax",
+    "softmax_long": "softmax",
+    "log_softmax_dim1": "softmax",
+    "softmax_pro_epi": "softmax",
+    "linear_gelu": "gemm",
+    "bmm_residual": "gemm",
+    "matmul_ta": "gemm",
+    "linear_3d_nobias": "gemm",
+    "matvec": "gemm",
+    "loss_mse": "reduction",
+    "loss_smooth_l1": "reduction",
+    "loss_kldiv": "reduction",
+    "red_sum_all_long": "reduction",
+}
+EXPECTED_FAMILY.update({n: "reduction" for n in CASES if n.startswith("red_")})
+EXPECTED_FAMILY.update({n: "rownorm" for n in CASES if n.startswith("rn_")})
+EXPECTED_FAMILY.update({"conv_bias_relu": "libconv", "fconv1d_gelu": "libconv"})
+EXPECTED_FAMILY.update({n: "scan" for n in CASES if n.startswith("scan_")})
+EXPECTED_FAMILY.update({"attention": "attention", "sdpa_causal": "attention"})
+EXPECTED_FAMILY.update({"bn2d": "batchnorm", "conv_bn_relu": "batchnorm", "bn2d_split": "batchnorm"})
+EXPECTED_FAMILY.update({"xent": "xent", "xent_module_sum": "xent"})
+EXPECTED_FAMILY.update({n: "pooling" for n in CASES if n.startswith("pool_")})
+
+
+@pytest.mark.parametrize("case", SUPPORTED)
+def test_family_and_seeds_correct(case, seeds, seed_checks):
+    replies = seeds[case]
+    assert replies, f"{case}: no seed generated"
+    assert {r.family for r in replies} == {EXPECTED_FAMILY[case]}
+    for r in replies:
+        res = seed_checks[(case, r.origin)]
+        assert res.get("ok"), f"{case} {r.origin}: {res.get('error')}\n{res.get('traceback', '')}"
+
+
+@pytest.mark.parametrize("case", SUPPORTED)
+def test_candidate_file_shape(case, seeds):
+    for r in seeds[case]:
+        src = r.source
+        assert "class ModelNew(nn.Module)" in src
+        assert "@triton.jit" in src
+        assert "import triton.language as tl" in src
+        # The reference must never be returned dressed up as a kernel.
+        assert "class Model(" not in src
+        assert r.params.get("algorithm") == r.algorithm
+
+
+def test_library_variant_only_with_epilogue(seeds):
+    algos = {r.algorithm for r in seeds["matmul_ta"]}
+    assert "library+fused-epilogue" not in algos  # nothing to fuse: it would be the reference
+    assert "library+fused-epilogue" in {r.algorithm for r in seeds["linear_gelu"]}
+
+
+def test_fp32_gemm_never_uses_default_tf32(seeds):
+    for case in ("linear_gelu", "bmm_residual", "matmul_ta"):
+        for r in seeds[case]:
+            for line in r.source.splitlines():
+                if "tl.dot(" in line:
+                    assert 'input_precision="tf32x3"' in line or 'input_precision="ieee"' in line, line
