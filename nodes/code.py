@@ -51,6 +51,7 @@ def make_code_node(spec: StageSpec, deps: Deps):
             recent=recent(state, settings.recent_k),
             decisions=state.get("decisions") or [],
             iteration=state.get("iteration", 0),
+            policy=settings.policy,
         )
         ident = f"{spec.name}.{base_mode}{state.get('seed_index', '') if base_mode == 'seed' else ''}.{req.iteration}"
         t0 = time.perf_counter()

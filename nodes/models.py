@@ -87,6 +87,8 @@ class CodeRequest(BaseModel):
     recent: list[AttemptSummary] = Field(default_factory=list)  # last K attempts of this step
     decisions: list[StageDecision] = Field(default_factory=list)  # earlier stages' decisions
     iteration: int = 0
+    # The PyTorch-compute policy the checker will apply ("strict" forbids library matmul/conv).
+    policy: str = "mixed"
 
 
 class CodeReply(BaseModel):

@@ -128,6 +128,13 @@ class ExpertCode:
 
     def _seed(self, req, fam_name, fam, view, plan) -> CodeReply:
         algos = fam.algorithms(plan)
+        if req.policy == "strict":
+            # Library matmul/conv calls are rejected under the strict policy: do not offer them.
+            algos = [a for a in algos if not a.startswith("library")]
+            if not algos:
+                return CodeReply(source=None, family=fam_name, unsupported=(
+                    f"{fam_name}: the expert's only algorithms keep a library matmul/convolution, "
+                    "which the strict policy forbids (use --policy mixed)"))
         if req.seed_index >= len(algos):
             return CodeReply(
                 source=None,
