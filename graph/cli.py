@@ -21,8 +21,10 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="EGG: expert-guided PyTorch -> Triton kernel generation.")
-out_console = Console()
-err_console = Console(stderr=True)
+# Piped output (scripts, CI logs) gets wide tables rather than rich's 80-column default, so
+# thread and checkpoint ids are never cut.
+out_console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 class BadInput(Exception):

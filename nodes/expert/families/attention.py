@@ -8,6 +8,7 @@ accuracy on tensor cores). Algorithms: "online-softmax" (3xTF32) and "online-sof
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,13 @@ def match(view: GraphView) -> AttnPlan | None:
         raise Unsupported("score matmul's right operand is not K transposed")
     # Undo the transpose in the forward (a view): pass K itself, read it transposed in the kernel.
     k_expr = f"{_operand(view, kt_ref)}.transpose(-2, -1)"
+    # A constant scale of exactly 1/sqrt(head dim) is the usual attention scale, usually computed in
+    # __init__ from a size argument: compute it from the run-time head dim so other sizes stay right
+    # (the checker's second-shape trial caught a baked-in 1/sqrt(64)).
+    q_node = view.nodes[view.resolve(s1.args[0]["node"])] if is_node(s1.args[0]) else None
+    head_dim = (q_node.shape or [0])[-1] if q_node is not None else 0
+    if head_dim and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
+        scale = None
     return AttnPlan(_operand(view, s1.args[0]), k_expr, _operand(view, s2.args[1]), scale, False,
                     s2.dtype or "float32")
 
