@@ -49,7 +49,7 @@ def make_debug_node(spec: StageSpec, deps: Deps):
                 log.warning("debugger.unusable_reply", stage=spec.name, error=str(e)[:200])
             except (ModelUnavailableError, BudgetExceeded) as e:
                 update["halt"] = str(e)
-        log.info("debug", stage=spec.name, candidate=att.candidate.id, rule=diagnosis.rule, source=diagnosis.source)
+        log.info("debug", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id, rule=diagnosis.rule, source=diagnosis.source)
         update["current"] = att.model_copy(update={"diagnosis": diagnosis})
         return update
 

@@ -47,7 +47,8 @@ def make_profile_node(spec: StageSpec, deps: Deps):
             except (ModelUnavailableError, BudgetExceeded) as e:
                 update["halt"] = str(e)
         log.info(
-            "profile", stage=spec.name, candidate=att.candidate.id, bottleneck=advice.bottleneck,
+            "profile", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id,
+            bottleneck=advice.bottleneck,
             roofline=report.roofline_fraction, advice_source=advice.source,
         )
         update["current"] = att.model_copy(update={"profile": report, "advice": advice})

@@ -28,7 +28,7 @@ def make_compile_node(spec: StageSpec, deps: Deps):
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
             )
         log.info(
-            "compile", stage=spec.name, candidate=att.candidate.id, ok=report.ok,
+            "compile", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id, ok=report.ok,
             error_kind=report.error_kind, line=report.error_line,
         )
         return {"current": att.model_copy(update={"compile": report}), "usage": _tools_usage(spec, sw.seconds)}
@@ -45,7 +45,8 @@ def make_check_node(spec: StageSpec, deps: Deps):
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
             )
         log.info(
-            "check", stage=spec.name, candidate=att.candidate.id, accepted=report.accepted,
+            "check", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id,
+            accepted=report.accepted,
             reasons=report.reasons[:3], max_abs_err=report.max_abs_err,
         )
         return {"current": att.model_copy(update={"check": report}), "usage": _tools_usage(spec, sw.seconds)}
@@ -62,7 +63,8 @@ def make_time_node(spec: StageSpec, deps: Deps):
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
             )
         log.info(
-            "time", stage=spec.name, candidate=att.candidate.id, measured=report.measured,
+            "time", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id,
+            measured=report.measured,
             candidate_ms=report.candidate_ms, eager_ms=report.eager_ms, reason=report.reason,
         )
         return {"current": att.model_copy(update={"timing": report}), "usage": _tools_usage(spec, sw.seconds)}

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import graph
 import nodes
 import tools
@@ -57,3 +59,18 @@ def test_agent_process_never_imports_torch():
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "CLEAN" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_readme_python_snippet_runs(tmp_path):
+    """The README's Python example, run as written (from a copy of the repo's examples)."""
+    import re
+    import shutil
+
+    block = re.search(r"### From Python\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / "snippet.py").write_text(block)
+    env = {**__import__("os").environ, "EGG_HOME": str(tmp_path / ".egg"), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "verified" in r.stdout and "@triton.jit" in r.stdout
