@@ -72,12 +72,12 @@ def task_dir(cfg: EvalConfig, task: TaskEntry) -> Path:
     return Path(cfg.out) / "tasks" / task.id
 
 
-def build_command(cfg: EvalConfig, task: TaskEntry) -> list[str]:
+def build_command(cfg: EvalConfig, task: TaskEntry, thread_id: str | None = None) -> list[str]:
     cmd = [
         *cfg.optimize_cmd,
         task.path,
         "--out", str(task_dir(cfg, task)),
-        "--thread-id", f"{cfg.eval_id}-{task.id}",
+        "--thread-id", thread_id or f"{cfg.eval_id}-{task.id}",
         "--device", cfg.device,
         "--model", cfg.model,
         "--policy", cfg.policy,
@@ -127,13 +127,22 @@ def run_task(
     for stale in ("report.json", "model_new.py"):
         with contextlib.suppress(FileNotFoundError):
             (tdir / stale).unlink()
+    thread_id = f"{cfg.eval_id}-{task.id}"
+    if (tdir / "optimize.log").exists():
+        # An earlier attempt was stopped before it wrote a row (interrupt, then --resume). Its
+        # checkpoints live under the same thread id, and re-running a LangGraph thread with new
+        # input would merge the killed run's accumulated state into this one: start a fresh
+        # thread and keep the old log for the record.
+        n = len(list(tdir.glob("optimize.attempt*.log"))) + 1
+        (tdir / "optimize.log").rename(tdir / f"optimize.attempt{n}.log")
+        thread_id = f"{thread_id}-retry{n}"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     if cfg.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    cmd = build_command(cfg, task)
+    cmd = build_command(cfg, task, thread_id)
     log_path = tdir / "optimize.log"
     t0 = time.monotonic()
     timed_out = False
@@ -144,7 +153,9 @@ def run_task(
                 start_new_session=True,
             )  # fmt: skip
         except OSError as e:
-            return build_row(cfg, task, gpu, exit_code=None, wall=0.0, launch_error=str(e))
+            return build_row(
+                cfg, task, gpu, exit_code=None, wall=0.0, launch_error=str(e), thread_id=thread_id
+            )
         try:
             while proc.poll() is None:
                 if should_stop():
@@ -163,7 +174,9 @@ def run_task(
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
     wall = time.monotonic() - t0
-    return build_row(cfg, task, gpu, exit_code=proc.returncode, wall=wall, timed_out=timed_out)
+    return build_row(
+        cfg, task, gpu, exit_code=proc.returncode, wall=wall, timed_out=timed_out, thread_id=thread_id
+    )
 
 
 def _tokens(usage: Any) -> dict[str, int]:
@@ -220,6 +233,7 @@ def build_row(
     wall: float,
     timed_out: bool = False,
     launch_error: str | None = None,
+    thread_id: str | None = None,
 ) -> dict[str, Any]:
     """The results.jsonl row for a finished task, from its exit code and report.json."""
     tdir = task_dir(cfg, task)
@@ -345,7 +359,7 @@ def build_row(
         "versions": versions,
         "versions_source": versions_source,
         "gpu": env.get("gpu"),
-        "thread_id": rep.get("thread_id") or f"{cfg.eval_id}-{task.id}",
+        "thread_id": rep.get("thread_id") or thread_id or f"{cfg.eval_id}-{task.id}",
         "report_path": str(report_path) if report is not None else None,
         "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -735,6 +749,20 @@ def _manifest(out: Path, cfg_view: dict[str, Any], resume: bool) -> str:
     return eval_id
 
 
+def _check_run_settings(model: str, stages: list[str] | None, policy: str) -> None:
+    """Reject a bad --model/--stages up front with optimize's own rules; otherwise every task
+    would start, fail as bad input and the eval would report N failures for one typo."""
+    from graph.context import STAGE_NAMES, Context
+
+    try:
+        Context(
+            code_model=model, profiler_model=model, debugger_model=model,
+            stages=tuple(stages) if stages else STAGE_NAMES, policy=policy,
+        ).validate()  # fmt: skip
+    except ValueError as e:
+        raise EvalUsageError(str(e)) from None
+
+
 def eval_command(
     paths: list[str],
     *,
@@ -773,6 +801,7 @@ def eval_command(
             raise EvalUsageError("--workers must be >= 1")
         if ray_address and backend != "ray":
             raise EvalUsageError("--ray-address needs --backend ray")
+        _check_run_settings(model, stages, policy)
         tasks = discover(paths)
         dev, gpu_list = resolve_devices(device, gpus)
     except (TaskDiscoveryError, EvalUsageError) as e:

@@ -18,10 +18,6 @@ from llm_helpers import DATA, KERNEL_REPLY, KERNEL_SOURCE, FakeOpenAI
 ROOT = Path(__file__).resolve().parents[2]
 TASK = DATA / "scale_tanh.py"
 
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "graph" / "cli.py").exists(), reason="graph/cli.py not written yet"
-)
-
 
 def _egg(srv: FakeOpenAI, tmp: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     env = {
