@@ -224,7 +224,18 @@ def optimize(
                       f"{settings.profiler_model}/{settings.debugger_model})", highlight=False)
     t0 = time.time()
     try:
-        compiled, _ = _open_graph(egg_home, base_url=base_url, api_key=api_key, timeout_s=settings.job_timeout_s)
+        compiled, saver = _open_graph(egg_home, base_url=base_url, api_key=api_key, timeout_s=settings.job_timeout_s)
+    except Exception as e:
+        _infra_failure(egg_home, thread, e)
+        raise typer.Exit(1) from None
+    from graph.persistence import thread_ids
+
+    if thread in thread_ids(saver):
+        # Running a new task into an existing thread would merge its checkpointed state (usage,
+        # decisions) into this run's result.
+        _fail_bad_input(f"thread {thread!r} already exists under {egg_home}: pick another --thread-id, "
+                        f"or re-run it with `egg replay {thread}`")
+    try:
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
         values = run_graph(compiled, {"task": spec, "settings": settings.to_dict()}, config, settings, quiet=quiet)
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
@@ -397,6 +408,7 @@ def eval_(
     backend: Annotated[str, typer.Option(help="local or ray")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: local instance)")] = None,
     html: Annotated[bool, typer.Option("--html", help="also write report.html")] = False,
+    seeds: Annotated[int | None, typer.Option(help="algorithm seeds per task (passed to optimize)")] = None,
 ) -> None:
     """Run optimize over a suite and write results.jsonl, report.md, metrics.json and plots."""
     from evals.runner import eval_command
@@ -409,7 +421,7 @@ def eval_(
         eval_command(
             paths, out=out, resume=resume, device=device, workers=workers, gpus=gpu_ids, model=model,
             stages=stages.split(",") if stages else None, policy=policy, backend=backend, ray_address=ray_address,
-            html=html,
+            html=html, extra_args=["--seeds", str(seeds)] if seeds is not None else None,
         )
     )
 

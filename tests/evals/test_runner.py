@@ -239,7 +239,15 @@ def test_resume_after_interrupt(tmp_path: Path, fake_env: Path, monkeypatch: pyt
     assert resumed_s < full_cost - saved / 2, f"resume took {resumed_s:.1f}s; full {full_cost:.1f}s"
     print(f"resume: {resumed_s:.1f}s for {len(rerun)} task(s) vs ~{full_cost:.1f}s full; saved ~{saved:.1f}s")
     eval_ids = {r["eval_id"] for r in rows}
-    assert len(eval_ids) == 1  # thread ids stay stable across the resume
+    assert len(eval_ids) == 1  # the eval id stays stable across the resume
+    # The task killed mid-run gets a fresh checkpoint thread (re-running a LangGraph thread
+    # would merge the killed run's state into the new one); its first log is kept.
+    (eval_id,) = eval_ids
+    killed = {f"lvl__{s}" for s in started_first} - done_first
+    for r in rows:
+        retried = r["task"] in killed
+        assert r["thread_id"] == f"{eval_id}-{r['task']}" + ("-retry1" if retried else "")
+        assert (out / "tasks" / r["task"] / "optimize.attempt1.log").exists() == retried
 
 
 def test_rich_progress_bar() -> None:

@@ -77,3 +77,11 @@ def test_threads_show_and_replay(cpu_run):
     assert again["candidate_id"] == first["candidate_id"]
     missing = egg("show", "no-such-thread", home=home)
     assert missing.returncode == 2
+
+
+def test_optimize_refuses_an_existing_thread_id(cpu_run):
+    home, out, r = cpu_run
+    assert r.returncode == 0
+    again = egg("optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu", "--thread-id", "sm-cli",
+                "--out", str(home / "again"), home=home)
+    assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
