@@ -13,6 +13,7 @@ from .families import FAMILIES
 from .families.libconv import LIB_OPS
 from .families.pooling import POOL_OPS
 from .families.reduction import LOSS_OPS, RED_OPS
+from .families.rowloss import ROW_LOSS_OPS
 from .families.scan import SCAN_OPS
 from .graphview import GraphView, Unsupported
 
@@ -23,9 +24,10 @@ KNOWN_OPS = (
     | LOSS_OPS
     | LIB_OPS
     | SCAN_OPS
+    | ROW_LOSS_OPS
     | POOL_OPS
     | {"softmax", "log_softmax", "linear", "matmul", "t", "transpose", "permute", "getattr", "getitem", "flip",
-       "layer_norm", "rms_norm", "var", "std", "norm", "instance_norm", "batch_norm", "cross_entropy",
+       "layer_norm", "rms_norm", "var", "std", "norm", "instance_norm", "batch_norm", "group_norm", "cross_entropy",
        "scaled_dot_product_attention"}
 )
 

@@ -73,7 +73,9 @@ UNARY = {
     "threshold",
 }
 BINARY = {"add", "sub", "mul", "div", "rsub", "maximum", "minimum", "pow", "fmax", "fmin"}
-ELEMENTWISE = UNARY | BINARY
+# masked_fill(x, mask, value): the mask tensor is loaded like any operand (bool -> 0.0 / 1.0).
+SELECT = {"masked_fill"}
+ELEMENTWISE = UNARY | BINARY | SELECT
 
 
 def is_elementwise(n: OpNode) -> bool:
@@ -136,6 +138,14 @@ def emit(n: OpNode, val: Callable[[Any], str]) -> str:
             if e == -0.5:
                 return f"tl.rsqrt({x})"
             raise Unsupported(f"pow with exponent {e}")
+    if op == "masked_fill":
+        m_raw = n.args[1] if len(n.args) > 1 else n.kwargs.get("mask")
+        v_raw = arg_value(n, 2, "value")
+        if not is_node(m_raw):
+            raise Unsupported("masked_fill with a constant mask")
+        if v_raw is None or is_node(v_raw):
+            raise Unsupported("masked_fill with a tensor-valued fill")
+        return f"tl.where({val(m_raw)} != 0.0, {flit(v_raw)}, {x})"
     if op == "relu":
         return f"tl.maximum({x}, 0.0)"
     if op == "relu6":

@@ -52,6 +52,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "xent": {"BLOCK_N": 1024, "num_warps": 4},
     "pooling": {"BLOCK": 512, "num_warps": 4},
     "batchnorm": {"BLOCK": 2048, "PERSISTENT": False, "num_warps": 8, "EVICT": ""},
+    "groupnorm": {"BLOCK_N": 2048, "num_warps": 8},
+    "rowloss": {"BLOCK_N": 1024, "num_warps": 4},
     "attention": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
     # the fused epilogue after a library conv is an elementwise pass
     "libconv": {"BLOCK": 2048, "PERSISTENT": False, "num_warps": 8, "EVICT": ""},

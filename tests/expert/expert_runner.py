@@ -84,6 +84,10 @@ def check(job: dict, tmpdir: str, idx: int) -> dict:
     ref = mod.Model(*init)
     new = cand.ModelNew(*init)
     new.load_state_dict(ref.state_dict())
+    if job.get("eval"):
+        # Inference semantics (what the real checker uses): e.g. BatchNorm on running statistics.
+        ref.eval()
+        new.eval()
     worst = 0.0
     for trial in range(job.get("trials", 1)):
         torch.manual_seed(100 + trial)

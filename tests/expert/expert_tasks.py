@@ -567,3 +567,205 @@ POOL_CASES = {
 for _n, (_i, _e, _s) in POOL_CASES.items():
     CASES[_n] = (POOL_TEMPLATE.replace("{init}", _i).replace("{expr}", _e).replace("{shape}", _s),
                  {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11})
+
+# BatchNorm with non-trivial running statistics: training mode (the default in the runner) must use
+# batch statistics, eval mode the running ones; the module decides at run time.
+CASES["bn2d_running"] = (
+    BN_TEMPLATE.replace("{init}", BN_CASES["bn2d"][0] + "\n        self.bn.running_mean.uniform_(-1.0, 1.0)"
+                        "\n        self.bn.running_var.uniform_(0.5, 2.0)\n        self.bn.eps = 1e-3")
+    .replace("{expr}", "torch.relu(self.bn(x))"),
+    {"N": 3, "C": 5, "H": 7, "W": 9},
+)
+
+BN_FUNCTIONAL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N, C, L = 16, 64, 100
+
+
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(c) + 0.5)
+        self.bias = nn.Parameter(torch.randn(c))
+        self.register_buffer("running_mean", torch.randn(c))
+        self.register_buffer("running_var", torch.rand(c) + 0.5)
+
+    def forward(self, x):
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            training=False, eps=1e-4) * 0.5
+
+
+def get_inputs():
+    return [torch.randn(N, C, L) * 2.0]
+
+
+def get_init_inputs():
+    return [C]
+'''
+CASES["bn_functional_eval"] = (BN_FUNCTIONAL, {"N": 3, "C": 7, "L": 13})
+
+MASKED_SOFTMAX = '''
+import torch
+import torch.nn as nn
+
+B, M, N = 4, 64, 128
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x, mask):
+        return torch.softmax((x * self.scale).masked_fill(mask, float("-inf")), dim={dim})
+
+
+def get_inputs():
+    mask = torch.rand(B, M, N) < 0.4
+    mask[:, 0, :] = False
+    mask[..., 0] = False
+    return [torch.randn(B, M, N), mask]
+
+
+def get_init_inputs():
+    return [0.7]
+'''
+CASES["softmax_masked"] = (MASKED_SOFTMAX.replace("{dim}", "-1"), {"B": 2, "M": 5, "N": 37})
+CASES["softmax_masked_dim1"] = (MASKED_SOFTMAX.replace("{dim}", "1"), {"B": 2, "M": 11, "N": 6})
+# masked_fill in a plain elementwise chain (bool mask loaded as an operand).
+CASES["ew_masked_fill"] = (
+    MASKED_SOFTMAX.replace('torch.softmax((x * self.scale).masked_fill(mask, float("-inf")), dim={dim})',
+                           "torch.relu(x * self.scale).masked_fill(mask, -2.5) + 1.0"),
+    {"B": 3, "M": 5, "N": 37},
+)
+
+# Row norms over non-trailing dims ((outer, R, inner) rows) and over every dim (a 0-d statistic).
+_MID = {
+    "rn_mid_standardize": ("self.w = nn.Parameter(torch.randn(19, 1))",
+                           "(x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, keepdim=True, unbiased=False) + 1e-5)"
+                           " * self.w"),
+    "rn_mid_rms_two_dims": ("pass", "x / torch.sqrt(torch.mean(x * x, dim=(0, 1), keepdim=True) + 1e-6)"),
+    "rn_frobenius": ("pass", 'torch.relu(x / torch.norm(x, p="fro")) + 1.0'),
+}
+for _n, (_i, _e) in _MID.items():
+    CASES[_n] = (ROWNORM_TEMPLATE.replace("{init}", _i).replace("{expr}", _e), {"B": 2, "S": 19, "D": 7})
+
+GROUPNORM = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N, C, H, W, G = 8, 64, 32, 32, 8
+
+
+class Model(nn.Module):
+    def __init__(self, g, c):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(N, C, H, W) * 2.0 + 0.7]
+
+
+def get_init_inputs():
+    return [G, C]
+'''
+CASES["gn_module"] = (GROUPNORM.replace("{init}", "self.gn = nn.GroupNorm(g, c, eps=1e-4)\n        "
+                                        "nn.init.uniform_(self.gn.weight, 0.5, 1.5)\n        "
+                                        "nn.init.uniform_(self.gn.bias, -1.0, 1.0)")
+                      .replace("{expr}", "self.gn(x)"), {"N": 3, "C": 6, "H": 5, "W": 7, "G": 3})
+CASES["gn_functional_relu"] = (GROUPNORM.replace("{init}", "self.g = g")
+                               .replace("{expr}", "torch.relu(F.group_norm(x, 2)) * 2.0"),
+                               {"N": 2, "C": 4, "H": 33, "W": 65, "G": 2})
+
+# Exclusive cumsum written as a shifted cat (the idiom of the egg suite), along both dims.
+_EXCL = "torch.cumsum(torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1), dim=1)"
+CASES["scan_exclusive_last"] = (SCAN_TEMPLATE.replace("{expr}", _EXCL).replace("{dim}", "1"), {"A": 3, "B": 2500})
+CASES["scan_exclusive_first"] = (
+    SCAN_TEMPLATE.replace("{expr}", "torch.cumsum(torch.cat([torch.zeros_like(x[:1]), x[:-1]], dim=0), dim=0) * 2.0")
+    .replace("{dim}", "0"),
+    {"A": 37, "B": 5},
+)
+
+ROWLOSS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+A, B, D = 64, 8, 1024
+
+
+class Model(nn.Module):
+    def __init__(self, margin):
+        super().__init__()
+        {init}
+
+    def forward(self, x, y, z):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(A, B, D), torch.randn(A, B, D), torch.randn(A, B, D) * 0.5]
+
+
+def get_init_inputs():
+    return [0.75]
+'''
+_RL = {
+    "rl_cosine_mean": ("pass", "torch.mean(1 - F.cosine_similarity(x, y, dim=-1))"),
+    "rl_cosine_rows": ("pass", "F.cosine_similarity(x, y, dim=2, eps=1e-6) * 2.0"),
+    "rl_triplet_module_sum": ("self.loss = nn.TripletMarginLoss(margin=margin, reduction='sum')",
+                              "self.loss(x, y, z)"),
+    "rl_triplet_functional": ("pass", "F.triplet_margin_loss(x, y, z, margin=0.3)"),
+}
+for _n, (_i, _e) in _RL.items():
+    CASES[_n] = (ROWLOSS.replace("{init}", _i).replace("{expr}", _e), {"A": 3, "B": 5, "D": 1500})
+
+LINEAR_BN = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N, FIN, FOUT = 128, 256, 256
+
+
+class Model(nn.Module):
+    def __init__(self, fin, fout):
+        super().__init__()
+        self.fc = nn.Linear(fin, fout)
+        self.bn = nn.BatchNorm1d(fout)
+        self.bn.running_mean.uniform_(-0.5, 0.5)
+        self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return F.gelu(self.bn(self.fc(x)))
+
+
+def get_inputs():
+    return [torch.randn(N, FIN)]
+
+
+def get_init_inputs():
+    return [FIN, FOUT]
+'''
+CASES["linear_bn1d_gelu"] = (LINEAR_BN, {"N": 13, "FIN": 19, "FOUT": 11})
+
+# Pooling of a library conv, with a per-channel bias tensor in the epilogue (mixed policy).
+CASES["pool_conv_relu_bias"] = (
+    POOL_TEMPLATE.replace("{init}", "self.conv = nn.Conv2d(3, 5, 3)\n        self.pool = nn.MaxPool2d(2)\n"
+                          "        self.bias = nn.Parameter(torch.randn(5, 1, 1))")
+    .replace("{expr}", "self.pool(torch.relu(self.conv(x))) + self.bias").replace("{shape}", "N, C, H, W"),
+    {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
+)
+CASES["pool_avg2d_chscale"] = (
+    POOL_TEMPLATE.replace("{init}", "self.s = nn.Parameter(torch.randn(3, 1, 1))")
+    .replace("{expr}", "F.avg_pool2d(x, 2) * self.s").replace("{shape}", "N, C, H, W"),
+    {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
+)

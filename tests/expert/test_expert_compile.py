@@ -13,7 +13,12 @@ COMPILE_CASES = ["gelu_chain", "act_zoo", "channel_bias", "softmax", "softmax_lo
                  "red_lse_mid", "red_prod_last", "red_sum_all_long", "loss_smooth_l1", "rn_layernorm_module",
                  "rn_standardize", "rn_layernorm_long", "rn_l1_relu", "scan_reverse", "scan_masked", "scan_cumprod",
                  "scan_cumsum_first", "conv_bias_relu", "attention", "sdpa_causal", "bn2d_split", "conv_bn_relu", "xent", "loss_kldiv",
-                 "pool_max2d", "pool_avg2d_nopad", "pool_max3d"]
+                 "pool_max2d", "pool_avg2d_nopad", "pool_max3d",
+                 "bn2d_running", "bn_functional_eval", "softmax_masked", "softmax_masked_dim1",
+                 "rn_mid_standardize", "rn_frobenius", "gn_module", "gn_functional_relu",
+                 "scan_exclusive_last", "scan_exclusive_first",
+                 "rl_cosine_mean", "rl_triplet_module_sum", "linear_bn1d_gelu",
+                 "pool_conv_relu_bias", "pool_avg2d_chscale"]
 
 
 @pytest.fixture(scope="module")

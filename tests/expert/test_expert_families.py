@@ -13,6 +13,7 @@ EXPECTED_FAMILY = {
     "act_zoo": "elementwise",
     "channel_bias": "elementwise",
     "scalar_arg": "elementwise",
+    "ew_masked_fill": "elementwise",
     "softmax": "softmax",
     "softmax_long": "softmax",
     "log_softmax_dim1": "softmax",
@@ -33,6 +34,11 @@ EXPECTED_FAMILY.update({"conv_bias_relu": "libconv", "fconv1d_gelu": "libconv"})
 EXPECTED_FAMILY.update({n: "scan" for n in CASES if n.startswith("scan_")})
 EXPECTED_FAMILY.update({"attention": "attention", "sdpa_causal": "attention"})
 EXPECTED_FAMILY.update({"bn2d": "batchnorm", "conv_bn_relu": "batchnorm", "bn2d_split": "batchnorm"})
+EXPECTED_FAMILY.update({"linear_bn1d_gelu": "batchnorm"})
+EXPECTED_FAMILY.update({"bn2d_running": "batchnorm", "bn_functional_eval": "batchnorm"})
+EXPECTED_FAMILY.update({n: "rowloss" for n in CASES if n.startswith("rl_")})
+EXPECTED_FAMILY.update({"gn_module": "groupnorm", "gn_functional_relu": "groupnorm"})
+EXPECTED_FAMILY.update({"softmax_masked": "softmax", "softmax_masked_dim1": "softmax"})
 EXPECTED_FAMILY.update({"xent": "xent", "xent_module_sum": "xent"})
 EXPECTED_FAMILY.update({n: "pooling" for n in CASES if n.startswith("pool_")})
 

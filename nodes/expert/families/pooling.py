@@ -1,11 +1,14 @@
 """Max / average pooling, 1D/2D/3D (kernel, stride, padding, dilation for max; count_include_pad
-for avg), with a scalar elementwise prologue/epilogue fused in. One program computes BLOCK output
+for avg), with a scalar elementwise prologue/epilogue fused in. The pooled input may be a library conv (mixed
+policy; the strict policy drops "library" algorithms); the epilogue may read per-channel tensors
+(a (C, 1, ..., 1) bias) or tensors of the output's shape. One program computes BLOCK output
 elements; the window is unrolled at compile time (window sizes are module constants, not shapes).
 ceil_mode, return_indices and divisor_override are refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +17,8 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
+from .libconv import LIB_OPS
+from .libconv import _arg_expr as conv_arg
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
 
@@ -32,6 +37,7 @@ class PoolPlan:
     epilogue: Chain
     pool_node: str
     scalars: list[Leaf]
+    conv_call: str | None = None
 
 
 def _tup(v: Any, nd: int, name: str) -> list[int]:
@@ -77,6 +83,19 @@ def match(view: GraphView) -> PoolPlan | None:
     cip = bool(get("count_include_pad", True)) if kind == "avg" else True
     i = [n.name for n in nodes].index(p.name)
     pro, epi = nodes[:i], nodes[i + 1 :]
+    conv_call = None
+    if pro and pro[0].op in LIB_OPS:
+        c = pro[0]
+        if c.kind == "call_module":
+            conv_call = f"self.{c.target}({conv_arg(view, c.args[0])})"
+        elif c.target.startswith("torch."):
+            args = [conv_arg(view, a) for a in c.args] + [f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()]
+            conv_call = f"{c.target}({', '.join(args)})"
+        else:
+            raise Unsupported(f"{c.op} called as {c.target}")
+        # The conv output becomes the pooled tensor leaf (computed by the library call).
+        view = dataclasses.replace(view, leaves={**view.leaves, c.name: Leaf(c.name, "t_conv", c.shape)})
+        pro = pro[1:]
     prologue = collect_chain(view, pro, internal=set())
     src = view.refs(p)[0]
     if pro:
@@ -90,17 +109,16 @@ def match(view: GraphView) -> PoolPlan | None:
     if x.shape is None or len(x.shape) != nd + 2:
         raise Unsupported(f"{p.op} over a {len(x.shape or [])}-d input (batched inputs only)")
     epilogue = collect_chain(view, epi, internal={p.name})
-    if epilogue.tensor_leaves:
-        raise Unsupported("pooling epilogue reads other tensors")
     scalars: list[Leaf] = []
     for lf in prologue.scalar_leaves + epilogue.scalar_leaves:
         if lf.name not in [s.name for s in scalars]:
             scalars.append(lf)
-    return PoolPlan(kind, nd, ks, stride, padding, dilation, cip, x, prologue, epilogue, p.name, scalars)
+    return PoolPlan(kind, nd, ks, stride, padding, dilation, cip, x, prologue, epilogue, p.name, scalars,
+                    conv_call)
 
 
 def algorithms(plan: PoolPlan) -> list[str]:
-    return ["direct-window"]
+    return ["library-conv+direct-window"] if plan.conv_call else ["direct-window"]
 
 
 def defaults(plan: PoolPlan, algorithm: str) -> dict[str, Any]:
@@ -125,6 +143,18 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
     env = {plan.x.name: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
     pro, plast = plan.prologue.body(env, var_prefix="p_")
     eenv = {plan.pool_node: "res", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
+    eloads = []
+    for lf in plan.epilogue.tensor_leaves:
+        P = f"t_{lf.name}"
+        eloads += [
+            f"if {P}_MODE == 0:",
+            f"    {P} = tl.load({P}_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
+            f"elif {P}_MODE == 1:",
+            f"    {P} = tl.load({P}_ptr + nc % C, mask=mask, other=0.0).to(tl.float32)",
+            "else:",
+            f"    {P} = tl.load({P}_ptr).to(tl.float32)",
+        ]
+        eenv[lf.name] = P
     epi, elast = plan.epilogue.body(eenv, var_prefix="e_")
     inner = [
         "idd = od * SD - PD + kd * DD",
@@ -165,19 +195,28 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
         "        for kw in tl.static_range(KW):",
         *["            " + x for x in inner],
         final,
+        *eloads,
         *epi,
         f"tl.store(out_ptr + offs, {elast or 'res'}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
     consts = ", ".join(f"{n}: tl.constexpr" for n in
                        ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "BLOCK"))
-    kernel = (f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, D, H, W, OD, OH, OW{scal}, {consts}):\n"
+    tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
+    modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
+    kernel = (f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, C, D, H, W, OD, OH, OW{tens}{scal}, {consts}"
+              f"{modes}):\n"
               + "\n".join("    " + x for x in body) + "\n")
     nd = plan.nd
     scall = "".join(f", float(l_{lf.name})" for lf in plan.scalars)
     sargs = "".join(f", l_{lf.name}" for lf in plan.scalars)
+    targs = "".join(f", t_{lf.name}" for lf in plan.epilogue.tensor_leaves)
+    tcall = "".join(f", t_{lf.name}_c" for lf in plan.epilogue.tensor_leaves)
+    tmodes = "".join(f", t_{lf.name}_MODE=t_{lf.name}_m" for lf in plan.epilogue.tensor_leaves)
+    tprep = "".join(f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)"
+                    for lf in plan.epilogue.tensor_leaves)
     block = int(params["BLOCK"])
-    launcher = f'''
-def launch_pool(x{sargs}):
+    launcher = _EPI_MODE + f'''
+def launch_pool(x{targs}{sargs}):
     if x.dim() != {nd + 2}:
         raise ValueError(f"expected a {nd + 2}-d input, got {{tuple(x.shape)}}")
     x = x.contiguous()
@@ -191,12 +230,30 @@ def launch_pool(x{sargs}):
     total = out.numel()
     if total == 0:
         return out
-    OD, OH, OW = outs
-    pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, D, H, W, OD, OH, OW{scall},
+    OD, OH, OW = outs{tprep}
+    pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, x.shape[1], D, H, W, OD, OH, OW{tcall}{scall},
         KD={KD}, KH={KH}, KW={KW}, SD={SD}, SH={SH}, SW={SW}, PD={PD}, PH={PH}, PW={PW},
-        DD={DD}, DH={DH}, DW={DW}, BLOCK={block}, num_warps={int(params["num_warps"])})
+        DD={DD}, DH={DH}, DW={DW}, BLOCK={block}{tmodes}, num_warps={int(params["num_warps"])})
     return out
 '''
-    call = [plan.x.expr] + [lf.expr for lf in plan.scalars]
-    doc = f"EGG expert: pooling family ({plan.op}_pool{nd}d), algorithm direct-window."
-    return assemble(desc, ewops.HELPERS + "\n\n" + kernel, launcher, f"return launch_pool({', '.join(call)})", doc)
+    call = [plan.x.expr] + [lf.expr for lf in plan.epilogue.tensor_leaves] + [lf.expr for lf in plan.scalars]
+    doc = f"EGG expert: pooling family ({plan.op}_pool{nd}d), algorithm {params['algorithm']}."
+    fwd = f"return launch_pool({', '.join(call)})"
+    if plan.conv_call:
+        fwd = f"t_conv = {plan.conv_call}\n" + fwd
+    return assemble(desc, ewops.HELPERS + "\n\n" + kernel, launcher, fwd, doc)
+
+
+_EPI_MODE = '''
+def _epi_mode(t, shape):
+    """0 = the output's shape, 1 = per channel (dim 1), 2 = one element."""
+    if t.numel() == 1:
+        return t.reshape(1), 2
+    dims = [1] * (len(shape) - t.dim()) + list(t.shape)
+    if dims == list(shape):
+        return t.expand(shape).contiguous(), 0
+    if len(dims) == len(shape) and dims[1] == shape[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
+        return t.reshape(-1).contiguous(), 1
+    raise ValueError(f"pooling epilogue operand of shape {tuple(t.shape)} does not broadcast per channel")
+'''
+

@@ -9,6 +9,10 @@ dependency levels (the variance needs the mean first):
   multi-pass  one streaming pass over the row per level, then a final pass that writes
 Operands: full-shape tensors, per-column tensors (weights over the normalised dims), per-row
 tensors, and one-element tensors, classified at launch.
+
+The normalised dims may also sit in the middle (e.g. RMSNorm over channels of (N, C, H, W)): the
+tensor is viewed as (outer, R, inner) and a row is one (outer, inner) pair whose R elements lie
+`inner` apart. With inner == 1 (trailing dims) Triton specialises the stride away.
 """
 
 from __future__ import annotations
@@ -46,19 +50,21 @@ class RowPlan:
     scalars: list[Leaf]
     out: str
     ndims_reduced: int
+    n_after: int  # dims after the normalised ones (0: trailing)
     x_leaf: Leaf  # a full-shape leaf that sizes the launch
     n_levels: int
     ops: list[str] = field(default_factory=list)
 
 
-def _trailing_dims(n: OpNode, rank: int) -> int:
+def _reduced_dims(n: OpNode, rank: int) -> tuple[int, int]:
+    """(number of reduced dims, number of dims after them); they must be adjacent."""
     d = arg_value(n, 1, "dim")
     if d is None or is_node(d):
         raise Unsupported(f"{n.op} without a constant dim")
     ds = sorted({int(x) % rank for x in (d if isinstance(d, list) else [d])})
-    if ds != list(range(rank - len(ds), rank)):
-        raise Unsupported(f"{n.op} over dims {ds} is not over the trailing dims")
-    return len(ds)
+    if ds != list(range(ds[0], ds[0] + len(ds))):
+        raise Unsupported(f"{n.op} over dims {ds} is not over adjacent dims")
+    return len(ds), rank - 1 - ds[-1]
 
 
 class _Builder:
@@ -69,6 +75,7 @@ class _Builder:
         self.scalars: list[Leaf] = []
         self.known: set[str] = set()
         self.ndims: int | None = None
+        self.n_after = 0
         self.k = 0
 
     def leaf(self, lf: Leaf) -> str:
@@ -100,10 +107,10 @@ class _Builder:
         self.known.add(name)
         return name
 
-    def set_ndims(self, k: int) -> None:
+    def set_ndims(self, k: int, after: int = 0) -> None:
         if self.ndims is None:
-            self.ndims = k
-        elif self.ndims != k:
+            self.ndims, self.n_after = k, after
+        elif (self.ndims, self.n_after) != (k, after):
             raise Unsupported("reductions over different dims")
 
     def mean(self, name: str, src: str) -> str:
@@ -155,14 +162,16 @@ def match(view: GraphView) -> RowPlan | None:
                     raise Unsupported(f"norm(p={p!r})")
                 dim = n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else None)
                 keep = bool(n.kwargs.get("keepdim", n.args[3] if len(n.args) > 3 else False))
-                k = _trailing_dims(n.model_copy(update={"args": [src_ref, dim]}), src_rank) if dim is not None \
-                    else src_rank
+                k, after = _reduced_dims(n.model_copy(update={"args": [src_ref, dim]}), src_rank) \
+                    if dim is not None else (src_rank, 0)
             else:
                 keep = bool(arg_value(n, 2, "keepdim", False))
-                k = _trailing_dims(n, src_rank)
-            if not keep:
+                k, after = _reduced_dims(n, src_rank)
+            # Reducing every dim gives a 0-d tensor, which broadcasts exactly like the keepdim
+            # result (one row spanning the whole tensor); otherwise the dims would not line up.
+            if not keep and k != src_rank:
                 raise Unsupported(f"{n.op} without keepdim inside a row normalisation")
-            b.set_ndims(k)
+            b.set_ndims(k, after)
             if n.op in ("sum", "amax", "amin"):
                 b.red(n.name, src, n.op)
             elif n.op == "mean":
@@ -248,6 +257,7 @@ def match(view: GraphView) -> RowPlan | None:
         dn.level = lv + 1 if dn.kind == "red" else lv
         level[dn.name] = dn.level
     return RowPlan(nodes=b.nodes, leaves=b.leaves, scalars=b.scalars, out=out, ndims_reduced=b.ndims,
+                   n_after=b.n_after,
                    x_leaf=full[0], n_levels=max((d.level for d in b.nodes if d.kind == "red"), default=0),
                    ops=ops)
 
@@ -271,6 +281,13 @@ def space(plan: RowPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
 # ---------------------------------------------------------------------------------------------
 
 
+# row = (outer, inner) pair; element r of the row is at base + r * inner.
+_ROW_BASE = [
+    "row = tl.program_id(0).to(tl.int64)",
+    "base = (row // inner) * R * inner + row % inner",
+]
+
+
 def _loads(plan: RowPlan, cols: str, mask: str) -> tuple[list[str], dict[str, str]]:
     lines: list[str] = []
     env: dict[str, str] = {}
@@ -279,7 +296,7 @@ def _loads(plan: RowPlan, cols: str, mask: str) -> tuple[list[str], dict[str, st
         v = f"x_{lf.name}"
         lines += [
             f"if {p}_MODE == 0:",
-            f"    {v} = tl.load({p}_ptr + row * R + {cols}, mask={mask}, other=0.0).to(tl.float32)",
+            f"    {v} = tl.load({p}_ptr + base + {cols} * inner, mask={mask}, other=0.0).to(tl.float32)",
             f"elif {p}_MODE == 1:",
             f"    {v} = tl.load({p}_ptr + {cols}, mask={mask}, other=0.0).to(tl.float32)",
             f"elif {p}_MODE == 2:",
@@ -309,7 +326,7 @@ def _needed(plan: RowPlan, targets: list[str]) -> list[DNode]:
 
 
 def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
-    L = ["row = tl.program_id(0).to(tl.int64)", "cols = tl.arange(0, BLOCK_N)", "mask = cols < R"]
+    L = [*_ROW_BASE, "cols = tl.arange(0, BLOCK_N)", "mask = cols < R"]
     loads, env = _loads(plan, "cols", "mask")
     L += loads
     for i, d in enumerate(plan.nodes):
@@ -321,13 +338,13 @@ def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
             src = env[d.deps[0]]
             L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 0)")
         env[d.name] = var
-    L.append(f"tl.store(out_ptr + row * R + cols, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)")
+    L.append(f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)")
     return ("@triton.jit\ndef rn_whole_row_kernel(" + sig + ", BLOCK_N: tl.constexpr):\n"
             + "\n".join("    " + x for x in L) + "\n")
 
 
 def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
-    L = ["row = tl.program_id(0).to(tl.int64)", "cols0 = tl.arange(0, BLOCK_N)"]
+    L = [*_ROW_BASE, "cols0 = tl.arange(0, BLOCK_N)"]
     stats: dict[str, str] = {}
     by_level: dict[int, list[DNode]] = {}
     for d in plan.nodes:
@@ -360,7 +377,8 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
     for d in _needed(plan, [plan.out]):
         body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
         env[d.name] = f"v_{d.name}"
-    body.append(f"tl.store(out_ptr + row * R + cols, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)")
+    body.append(f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), "
+                "mask=mask)")
     L.append("for start in range(0, R, BLOCK_N):")
     L += ["    " + x for x in body]
     return ("@triton.jit\ndef rn_multi_pass_kernel(" + sig + ", BLOCK_N: tl.constexpr):\n"
@@ -368,17 +386,19 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
 
 
 _MODE_HELPER = '''
-def _row_mode(t, shape, lo):
-    """0 = full, 1 = per-column (varies only over the normalised dims), 2 = per-row, 3 = scalar."""
+def _row_mode(t, shape, lo, hi):
+    """0 = full, 1 = per-column (varies only over the normalised dims [lo, hi)), 2 = per-row
+    (varies only over the others), 3 = scalar."""
     if t.numel() == 1:
         return t.reshape(1), 3
     if tuple(t.shape) == tuple(shape):
         return t.contiguous(), 0
     dims = [1] * (len(shape) - t.dim()) + list(t.shape)
     if len(dims) == len(shape):
-        if all(d == 1 for d in dims[:lo]) and dims[lo:] == list(shape[lo:]):
+        rest = list(range(lo)) + list(range(hi, len(shape)))
+        if all(dims[i] == 1 for i in rest) and dims[lo:hi] == list(shape[lo:hi]):
             return t.contiguous(), 1
-        if all(d == 1 for d in dims[lo:]) and dims[:lo] == list(shape[:lo]):
+        if all(d == 1 for d in dims[lo:hi]) and all(dims[i] == shape[i] for i in rest):
             return t.contiguous(), 2
     raise ValueError(f"operand of shape {tuple(t.shape)} cannot be read row-wise for {tuple(shape)}")
 '''
@@ -387,7 +407,7 @@ def _row_mode(t, shape, lo):
 def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict[str, Any]) -> str:
     algo = params["algorithm"]
     warps = int(params["num_warps"])
-    parts = [f"l_{lf.name}_ptr" for lf in plan.leaves] + ["out_ptr", "R"]
+    parts = [f"l_{lf.name}_ptr" for lf in plan.leaves] + ["out_ptr", "R", "inner"]
     parts += [f"l_{lf.name}_val" for lf in plan.scalars]
     parts += [f"l_{lf.name}_MODE: tl.constexpr" for lf in plan.leaves]
     sig = ", ".join(parts)
@@ -400,23 +420,28 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
     L = [
         f"def launch_rownorm({', '.join(tens + scal)}):",
         f"    shape = tuple({x}.shape)",
-        f"    lo = len(shape) - {plan.ndims_reduced}",
+        f"    hi = len(shape) - {plan.n_after}",
+        f"    lo = hi - {plan.ndims_reduced}",
         "    R = 1",
-        "    for s in shape[lo:]:",
+        "    for s in shape[lo:hi]:",
         "        R *= s",
+        "    inner = 1",
+        "    for s in shape[hi:]:",
+        "        inner *= s",
         "    rows = 1",
         "    for s in shape[:lo]:",
         "        rows *= s",
+        "    rows *= inner",
         f"    out = torch.empty(shape, device={x}.device, dtype={x}.dtype)",
         "    if out.numel() == 0:",
         "        return out",
     ]
     call, consts = [], []
     for t in tens:
-        L.append(f"    {t}_c, {t}_mode = _row_mode({t}, shape, lo)")
+        L.append(f"    {t}_c, {t}_mode = _row_mode({t}, shape, lo, hi)")
         call.append(f"{t}_c")
         consts.append(f"l_{t[2:]}_MODE={t}_mode")
-    args = ", ".join([*call, "out", "R", *[f"float({s})" for s in scal]])
+    args = ", ".join([*call, "out", "R", "inner", *[f"float({s})" for s in scal]])
     kw = ", ".join(consts)
     kw = kw + ", " if kw else ""
     if algo == "whole-row":

@@ -1,5 +1,6 @@
-"""Inclusive scans (cumsum, cumprod) over any dim, reverse scans written as flip-scan-flip, with
-an elementwise prologue over same-shape tensors (masked cumsum: cumsum(x * mask)) and a scalar
+"""Inclusive scans (cumsum, cumprod) over any dim, reverse scans written as flip-scan-flip,
+exclusive cumsum written as cumsum(cat([zeros_like(x[..., :1]), x[..., :-1]], dim)), with an
+elementwise prologue over same-shape tensors (masked cumsum: cumsum(x * mask)) and a scalar
 epilogue.
 
 The scanned dim is viewed as (outer, R, inner) and walked in tiles [BLOCK_R, BLOCK_I]: each tile
@@ -32,6 +33,7 @@ class ScanPlan:
     scan_node: str
     src_node: str
     scalars: list[Leaf]
+    exclusive: bool = False
 
 
 def match(view: GraphView) -> ScanPlan | None:
@@ -65,6 +67,18 @@ def match(view: GraphView) -> ScanPlan | None:
         view.output = view.resolve(view.output)
         nodes = view.compute_nodes()
         reverse = True
+    exclusive = False
+    first_src = view.refs(s)[0] if view.refs(s) else ""
+    if view.nodes.get(first_src) is not None and view.nodes[first_src].op == "cat":
+        shifted = _exclusive_shift(view, view.nodes[first_src], d, rank)
+        if shifted is None or s.op != "cumsum" or reverse:
+            raise Unsupported("cat other than the shift of a forward exclusive cumsum")
+        # The shifted copy is never built: the kernel scans x and subtracts each element.
+        alias = dict(view.alias)
+        alias[first_src] = shifted
+        view = dataclasses.replace(view, alias=alias)
+        nodes = view.compute_nodes()
+        exclusive = True
     i = [n.name for n in nodes].index(s.name)
     pro, epi = nodes[:i], nodes[i + 1 :]
     prologue = collect_chain(view, pro, internal=set())
@@ -88,7 +102,41 @@ def match(view: GraphView) -> ScanPlan | None:
         if lf.name not in [x.name for x in scalars]:
             scalars.append(lf)
     return ScanPlan(op=s.op, dim=int(dim), reverse=reverse, prologue=prologue, epilogue=epilogue,
-                    scan_node=s.name, src_node=srcs[0], scalars=scalars)
+                    scan_node=s.name, src_node=srcs[0], scalars=scalars, exclusive=exclusive)
+
+
+def _slices(view: GraphView, n: Any, rank: int) -> tuple[str, list[Any]] | None:
+    """(source, per-dim [start, stop, step]) of a getitem made only of slices, else None."""
+    if n is None or n.op != "getitem" or len(n.args) != 2 or not is_node(n.args[0]):
+        return None
+    idx = n.args[1] if isinstance(n.args[1], list) else [n.args[1]]
+    if len(idx) > rank or not all(isinstance(x, dict) and set(x) == {"slice"} for x in idx):
+        return None
+    sl = [x["slice"] for x in idx] + [[None, None, None]] * (rank - len(idx))
+    return view.resolve(n.args[0]["node"]), sl
+
+
+def _exclusive_shift(view: GraphView, cat: Any, d: int, rank: int) -> str | None:
+    """x when `cat` is cat([zeros_like(x[..., :1]), x[..., :-1]], dim=d) (slices on dim d only)."""
+    parts = cat.args[0] if cat.args else cat.kwargs.get("tensors")
+    cdim = arg_value(cat, 1, "dim", 0)
+    if not isinstance(parts, list) or len(parts) != 2 or not all(is_node(p) for p in parts):
+        return None
+    if not isinstance(cdim, int) or cdim % rank != d:
+        return None
+    z = view.nodes.get(view.resolve(parts[0]["node"]))
+    if z is None or z.op != "zeros_like" or z.kwargs or len(z.args) != 1 or not is_node(z.args[0]):
+        return None
+    head = _slices(view, view.nodes.get(view.resolve(z.args[0]["node"])), rank)
+    body = _slices(view, view.nodes.get(view.resolve(parts[1]["node"])), rank)
+    if head is None or body is None or head[0] != body[0]:
+        return None
+    full = [None, None, None]
+    for k in range(rank):
+        want_h, want_b = ([None, 1, None], [None, -1, None]) if k == d else (full, full)
+        if head[1][k] not in (want_h, [0, 1, None]) or body[1][k] not in (want_b, [0, -1, None]):
+            return None
+    return head[0]
 
 
 def algorithms(plan: ScanPlan) -> list[str]:
@@ -122,6 +170,8 @@ def _kernel(plan: ScanPlan, ev: str) -> str:
     ridx = "R - 1 - (start + rr)" if plan.reverse else "start + rr"
     scan = "tl.cumprod(v, 0)" if prod else "tl.cumsum(v, 0)"
     comb = "cs * carry[None, :]" if prod else "cs + carry[None, :]"
+    if plan.exclusive:
+        comb += " - v"  # exclusive: everything before the element (only for cumsum)
     upd = "carry = carry * tl.reduce(v, 0, _scan_mul)" if prod else "carry = carry + tl.sum(v, 0)"
     L = [
         "pid = tl.program_id(0)",
@@ -182,7 +232,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: ScanPlan, params: dic
         "    return out",
     ]
     call = [lf.expr for lf in plan.prologue.tensor_leaves] + [lf.expr for lf in plan.scalars]
-    doc = (f"EGG expert: scan family ({'reverse ' if plan.reverse else ''}{plan.op}, dim={plan.dim}), "
+    kind = "reverse " if plan.reverse else "exclusive " if plan.exclusive else ""
+    doc = (f"EGG expert: scan family ({kind}{plan.op}, dim={plan.dim}), "
            f"algorithm {params['algorithm']}.")
     return assemble(desc, ewops.HELPERS + "\n\n" + _kernel(plan, ev), "\n".join(L) + "\n",
                     f"return launch_scan({', '.join(call)})", doc)

@@ -10,7 +10,7 @@ Other dims (inner > 1) use a column-tiled online kernel over the (outer, R, inne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graph.records import TaskDescription
@@ -32,6 +32,9 @@ class SmPlan:
     sm_node: str
     row_len: int  # as captured (for ordering the seeds only; kernels read it at run time)
     inner: int = 1  # product of the dims after `dim`, as captured
+    # Further prologue tensors of the softmax input's own shape (e.g. a masked_fill mask), loaded
+    # at the same offsets as x.
+    aux: list[Any] = field(default_factory=list)
 
 
 def match(view: GraphView) -> SmPlan | None:
@@ -51,10 +54,13 @@ def match(view: GraphView) -> SmPlan | None:
     if len(src) != 1:
         raise Unsupported("softmax input is not a single tensor")
     prologue = collect_chain(view, pro, internal=set())
+    aux: list[Any] = []
     if pro:
-        if len(prologue.tensor_leaves) != 1 or src[0] != pro[-1].name:
-            raise Unsupported("softmax prologue reads more than one tensor")
-        x = prologue.tensor_leaves[0]
+        if not prologue.tensor_leaves or src[0] != pro[-1].name:
+            raise Unsupported("softmax prologue does not end in the softmax input")
+        x, aux = prologue.tensor_leaves[0], list(prologue.tensor_leaves[1:])
+        if any(lf.shape != s.shape for lf in prologue.tensor_leaves):
+            raise Unsupported("softmax prologue reads tensors of another shape (broadcast)")
     else:
         x = view.leaves.get(src[0])
         if x is None or x.is_scalar:
@@ -75,6 +81,7 @@ def match(view: GraphView) -> SmPlan | None:
         sm_node=s.name,
         row_len=shape[d] if shape else 1,
         inner=_prod(shape[d + 1 :]),
+        aux=aux,
     )
 
 
@@ -145,12 +152,22 @@ def _scalar_args(plan: SmPlan) -> list[str]:
     return names
 
 
-def _pro(plan: SmPlan, xvar: str, mask: str, tag: str) -> list[str]:
+def _aux_ptrs(plan: SmPlan) -> str:
+    return "".join(f"a_{lf.name}_ptr, " for lf in plan.aux)
+
+
+def _pro(plan: SmPlan, xvar: str, mask: str, tag: str, offs: str = "offs") -> list[str]:
     """Load-side transform: prologue chain, then masked lanes to -inf."""
     env = {plan.x.name: xvar}
     for lf in plan.prologue.scalar_leaves:
         env[lf.name] = f"l_{lf.name}"
+    loads = []
+    for lf in plan.aux:
+        # other=0 (not 0.0) so bool / integer tensors load too; the math is fp32 either way.
+        loads.append(f"a{tag}_{lf.name} = tl.load(a_{lf.name}_ptr + {offs}, mask={mask}, other=0).to(tl.float32)")
+        env[lf.name] = f"a{tag}_{lf.name}"
     lines, last = plan.prologue.body(env, var_prefix=f"p{tag}_")
+    lines = loads + lines
     lines.append(f"{xvar} = tl.where({mask}, {last or xvar}, -float('inf'))")
     return lines
 
@@ -173,7 +190,7 @@ def _normalize(plan: SmPlan, xvar: str, m: str, d: str) -> str:
 
 def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
-    head = f"@triton.jit\ndef {name}(x_ptr, out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
+    head = f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
     L = [
         "row = tl.program_id(0).to(tl.int64)",
         "x_row = x_ptr + row * n_cols",
@@ -190,7 +207,7 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
             "m = tl.full([], -float('inf'), tl.float32)",
             "d = tl.zeros([], dtype=tl.float32)",
             "for start in range(0, n_cols, BLOCK_N):",
-            *_ind(load + _pro(plan, "x", "mask", "a"), 4),
+            *_ind(load + _pro(plan, "x", "mask", "a", "row * n_cols + offs"), 4),
             "    m_new = tl.maximum(m, tl.max(x, 0))",
             "    d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)",
             "    m = m_new",
@@ -199,16 +216,17 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
         L += [
             "m = tl.full([], -float('inf'), tl.float32)",
             "for start in range(0, n_cols, BLOCK_N):",
-            *_ind(load + _pro(plan, "x", "mask", "a"), 4),
+            *_ind(load + _pro(plan, "x", "mask", "a", "row * n_cols + offs"), 4),
             "    m = tl.maximum(m, tl.max(x, 0))",
             "d = tl.zeros([], dtype=tl.float32)",
             "for start in range(0, n_cols, BLOCK_N):",
-            *_ind(load + _pro(plan, "x", "mask", "b"), 4),
+            *_ind(load + _pro(plan, "x", "mask", "b", "row * n_cols + offs"), 4),
             "    d += tl.sum(tl.exp(x - m), 0)",
         ]
     else:
         raise Unsupported(algo)
-    L += ["for start in range(0, n_cols, BLOCK_N):", *_ind(load + _pro(plan, "x", "mask", "c") + store, 4)]
+    L += ["for start in range(0, n_cols, BLOCK_N):",
+          *_ind(load + _pro(plan, "x", "mask", "c", "row * n_cols + offs") + store, 4)]
     return head + "\n".join(_ind(L, 4)) + "\n"
 
 
@@ -235,7 +253,7 @@ def _whole_row_kernel(plan: SmPlan, name: str, ev: str) -> str:
         f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
     head = (
-        f"@triton.jit\ndef {name}(x_ptr, out_ptr, n_rows, n_cols{sargs}, "
+        f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_rows, n_cols{sargs}, "
         "ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
     )
     return head + "\n".join(_ind(L, 4)) + "\n"
@@ -277,7 +295,7 @@ def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
         f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
     head = (
-        f"@triton.jit\ndef {name}(x_ptr, out_ptr, R, inner{sargs}, "
+        f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, R, inner{sargs}, "
         "BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):\n"
     )
     return head + "\n".join(_ind(L, 4)) + "\n"
@@ -300,9 +318,14 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
     sargs = "".join(f", {s}" for s in scal)
     scall = "".join(f", float({s})" for s in scal)
     block_n = int(params.get("BLOCK_N", 4096))
+    aux = [f"a_{lf.name}" for lf in plan.aux]
+    aargs = "".join(f", {a}" for a in aux)
     L = [
-        f"def launch_softmax(x{sargs}):",
+        f"def launch_softmax(x{aargs}{sargs}):",
         "    x = x.contiguous()",
+        *[f"    {a} = {a}.contiguous()" for a in aux],
+        *[f"    if {a}.shape != x.shape:\n        raise ValueError('softmax prologue operand shape differs from x')"
+          for a in aux],
         "    out = torch.empty_like(x)",
         "    if x.numel() == 0:",
         "        return out",
@@ -316,7 +339,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         "        block_i = min(128, triton.next_power_of_2(inner))",
         "        block_r = max(1, min(64, 4096 // block_i))",
         "        grid = (outer * triton.cdiv(inner, block_i),)",
-        f"        sm_col_kernel[grid](x, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
+        f"        sm_col_kernel[grid](x{aargs}, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
         "        return out",
     ]
     if algo == "whole-row":
@@ -330,22 +353,22 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
             f"    if block_n <= {WHOLE_ROW_MAX}:",
             f"        rows = {rows_expr}",
             f"        warps = {warps_expr}",
-            f"        sm_whole_row_kernel[(triton.cdiv(outer, rows),)](x, out, outer, R{scall}, "
+            f"        sm_whole_row_kernel[(triton.cdiv(outer, rows),)](x{aargs}, out, outer, R{scall}, "
             "ROWS=rows, BLOCK_N=block_n, num_warps=warps)",
             "        return out",
             # Rows too long for registers: the online kernel (same file) streams them.
-            f"    sm_row_kernel[(outer,)](x, out, R{scall}, BLOCK_N=4096, num_warps=8)",
+            f"    sm_row_kernel[(outer,)](x{aargs}, out, R{scall}, BLOCK_N=4096, num_warps=8)",
             "    return out",
         ]
     else:
         L += [
             f"    block_n = min({block_n}, triton.next_power_of_2(R))",
-            f"    sm_row_kernel[(outer,)](x, out, R{scall}, BLOCK_N=block_n, num_warps={warps})",
+            f"    sm_row_kernel[(outer,)](x{aargs}, out, R{scall}, BLOCK_N=block_n, num_warps={warps})",
             "    return out",
         ]
     # Scalar leaves deduplicated in the same order as _scalar_args.
     seen: list[str] = []
-    call = [plan.x.expr]
+    call = [plan.x.expr] + [lf.expr for lf in plan.aux]
     for lf in plan.prologue.scalar_leaves + plan.epilogue.scalar_leaves:
         if lf.name not in seen:
             seen.append(lf.name)
