@@ -125,9 +125,19 @@ def compare(trial: str, i: int, c: Any, r64: torch.Tensor, rn: torch.Tensor, tol
         raise Rejected(f"nan_parity: trial {trial} output {i}: {n_bad} element(s) NaN in one of candidate/reference "
                        "only (unwritten output memory is poisoned with NaN)")
     cinf, rinf = torch.isinf(c64), torch.isinf(r64)
-    if not torch.equal(cinf, rinf) or not torch.equal(c64[cinf], r64[rinf]):
-        raise Rejected(f"nan_parity: trial {trial} output {i}: Inf positions or signs differ from the reference")
-    finite = torch.isfinite(r64)
+    # Where PyTorch's own result in the task's dtype overflowed to Inf but float64 did not, the
+    # candidate can be no more accurate than PyTorch: it must give the same Inf. Those elements
+    # are also left out of the reference-error bar (an Inf there would make the bar infinite).
+    overflow = torch.isinf(rn64) & ~rinf
+    bad_inf = (rinf & (c64 != r64)) | (overflow & (c64 != rn64)) | (cinf & ~rinf & ~overflow)
+    if bool(bad_inf.any()):
+        raise Rejected(f"nan_parity: trial {trial} output {i}: {int(bad_inf.sum())} element(s) with Inf positions "
+                       "or signs that differ from the reference")
+    if bool(overflow.any()):
+        note = "some reference elements overflow to Inf in the task's dtype; the candidate matched them"
+        if note not in stats["notes"]:
+            stats["notes"].append(note)
+    finite = torch.isfinite(r64) & ~overflow
     if not bool(finite.any()):
         return
     atol, rtol, widened = tolerance_for(rn.dtype, tolerance)
