@@ -20,7 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="EGG: expert-guided PyTorch -> Triton kernel generation.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="EGG: expert-guided PyTorch -> Triton kernel generation."
+)
 # Piped output (scripts, CI logs) gets wide tables rather than rich's 80-column default, so
 # thread and checkpoint ids are never cut.
 out_console = Console(width=None if sys.stdout.isatty() else 160)
@@ -40,7 +42,9 @@ def detect_device() -> str:
     try:
         r = subprocess.run(
             [sys.executable, "-c", "import torch; print(int(torch.cuda.is_available()))"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     except (OSError, subprocess.TimeoutExpired):
         return "cpu"
@@ -67,8 +71,14 @@ def _fail_bad_input(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _open_graph(home: Path, *, llm_mode: str = "live", base_url: str | None = None, api_key: str | None = None,
-                timeout_s: float | None = None):
+def _open_graph(
+    home: Path,
+    *,
+    llm_mode: str = "live",
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float | None = None,
+):
     from graph.main import build_graph, default_deps
     from graph.persistence import open_checkpointer
 
@@ -99,7 +109,11 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
             c = cur.check
             return f"{where}: {'verified' if c.accepted else 'rejected: ' + '; '.join(c.reasons)[:160]}"
         t = cur.timing
-        return f"{where}: {t.candidate_ms:.4f} ms (eager {t.eager_ms:.4f} ms)" if t.measured else f"{where}: not timed ({t.reason})"
+        return (
+            f"{where}: {t.candidate_ms:.4f} ms (eager {t.eager_ms:.4f} ms)"
+            if t.measured
+            else f"{where}: not timed ({t.reason})"
+        )
     if node == "boundary" and upd.get("decisions"):
         d = upd["decisions"][-1]
         return f"[bold]{d.stage}[/]: {d.outcome} - {d.changed} ({d.why[:200]})"
@@ -141,7 +155,9 @@ def _print_summary(report: dict, out: Path) -> None:
         table.add_column(col)
     fmt = lambda x: f"{x:.2f}x" if isinstance(x, (int, float)) else "-"
     for d in report["stages"]:
-        table.add_row(d["stage"], d["outcome"], d["changed"][:60], fmt(d["speedup_entry"]), fmt(d["speedup_exit"]))
+        table.add_row(
+            d["stage"], d["outcome"], d["changed"][:60], fmt(d["speedup_entry"]), fmt(d["speedup_exit"])
+        )
     out_console.print(table)
     if report["verified"]:
         t = report["timing"]
@@ -153,7 +169,9 @@ def _print_summary(report: dict, out: Path) -> None:
                 highlight=False,
             )
         else:
-            out_console.print(f"verified on {report['device']}; timing: {report['timing_note']}", highlight=False)
+            out_console.print(
+                f"verified on {report['device']}; timing: {report['timing_note']}", highlight=False
+            )
         out_console.print(f"kernel: {out / 'model_new.py'}  report: {out / 'report.json'}", highlight=False)
     else:
         out_console.print(f"[bold red]no verified kernel[/]: {report['failure']}", highlight=False)
@@ -172,7 +190,9 @@ def _configure_logs(json_logs: bool, quiet: bool) -> None:
     configure_logging(json_logs=json_logs, level="warning" if quiet else "info")
 
 
-ModelOpt = Annotated[str | None, typer.Option("--model", help="model for every role: expert or openai:<model>")]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="model for every role: expert or openai:<model>")
+]
 
 
 @app.command()
@@ -183,13 +203,19 @@ def optimize(
     profiler_model: Annotated[str | None, typer.Option(help="model of the profiler role")] = None,
     debugger_model: Annotated[str | None, typer.Option(help="model of the debugger role")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    out: Annotated[str | None, typer.Option(help="output directory (default: $EGG_HOME/runs/<thread>)")] = None,
+    out: Annotated[
+        str | None, typer.Option(help="output directory (default: $EGG_HOME/runs/<thread>)")
+    ] = None,
     seeds: Annotated[int | None, typer.Option(help="algorithm seeds explored in parallel")] = None,
     thread_id: Annotated[str | None, typer.Option("--thread-id", help="checkpoint thread id")] = None,
     policy: Annotated[str | None, typer.Option(help="strict or mixed")] = None,
     stages: Annotated[str | None, typer.Option(help="comma-separated stages to run")] = None,
-    tolerance: Annotated[float | None, typer.Option(help="widen the correctness tolerance (reported)")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (else OPENAI_BASE_URL)")] = None,
+    tolerance: Annotated[
+        float | None, typer.Option(help="widen the correctness tolerance (reported)")
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL (else OPENAI_BASE_URL)")
+    ] = None,
     api_key: Annotated[str | None, typer.Option(help="API key (else OPENAI_API_KEY)")] = None,
     run_tokens: Annotated[int | None, typer.Option(help="LLM token budget of the run")] = None,
     run_seconds: Annotated[float | None, typer.Option(help="wall-time budget of the run")] = None,
@@ -209,9 +235,18 @@ def optimize(
         dev = _resolve_device(device)
         egg_home = _home(home)
         settings = _settings(
-            code_model=code_model or model, profiler_model=profiler_model or model, debugger_model=debugger_model or model,
-            device=dev, seeds=seeds, policy=policy, stages=stages, tolerance=tolerance, run_tokens=run_tokens,
-            run_seconds=run_seconds, job_timeout_s=job_timeout, egg_home=str(egg_home),
+            code_model=code_model or model,
+            profiler_model=profiler_model or model,
+            debugger_model=debugger_model or model,
+            device=dev,
+            seeds=seeds,
+            policy=policy,
+            stages=stages,
+            tolerance=tolerance,
+            run_tokens=run_tokens,
+            run_seconds=run_seconds,
+            job_timeout_s=job_timeout,
+            egg_home=str(egg_home),
         )
     except BadInput as e:
         _fail_bad_input(str(e))
@@ -220,11 +255,16 @@ def optimize(
     thread = thread_id or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     out_dir = Path(out) if out else egg_home / "runs" / thread
     spec = task_from_path(str(path.resolve()), device=dev)
-    out_console.print(f"EGG optimize {spec.name} on {dev} (thread {thread}, models {settings.code_model}/"
-                      f"{settings.profiler_model}/{settings.debugger_model})", highlight=False)
+    out_console.print(
+        f"EGG optimize {spec.name} on {dev} (thread {thread}, models {settings.code_model}/"
+        f"{settings.profiler_model}/{settings.debugger_model})",
+        highlight=False,
+    )
     t0 = time.time()
     try:
-        compiled, saver = _open_graph(egg_home, base_url=base_url, api_key=api_key, timeout_s=settings.job_timeout_s)
+        compiled, saver = _open_graph(
+            egg_home, base_url=base_url, api_key=api_key, timeout_s=settings.job_timeout_s
+        )
     except Exception as e:
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
@@ -233,11 +273,15 @@ def optimize(
     if thread in thread_ids(saver):
         # Running a new task into an existing thread would merge its checkpointed state (usage,
         # decisions) into this run's result.
-        _fail_bad_input(f"thread {thread!r} already exists under {egg_home}: pick another --thread-id, "
-                        f"or re-run it with `egg replay {thread}`")
+        _fail_bad_input(
+            f"thread {thread!r} already exists under {egg_home}: pick another --thread-id, "
+            f"or re-run it with `egg replay {thread}`"
+        )
     try:
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
-        values = run_graph(compiled, {"task": spec, "settings": settings.to_dict()}, config, settings, quiet=quiet)
+        values = run_graph(
+            compiled, {"task": spec, "settings": settings.to_dict()}, config, settings, quiet=quiet
+        )
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
@@ -254,7 +298,10 @@ def _infra_failure(home: Path, thread: str, e: BaseException) -> None:
     d = home / "threads" / thread
     d.mkdir(parents=True, exist_ok=True)
     (d / "error.log").write_text("".join(traceback.format_exception(e)))
-    err_console.print(f"[bold red]error:[/] {type(e).__name__}: {str(e)[:300]} (traceback: {d / 'error.log'})", highlight=False)
+    err_console.print(
+        f"[bold red]error:[/] {type(e).__name__}: {str(e)[:300]} (traceback: {d / 'error.log'})",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -269,7 +316,9 @@ def check(
     """Verify a candidate with the full protocol the graph uses."""
     from tools.check_cmd import check_command
 
-    raise typer.Exit(check_command(task, candidate, device=device, as_json=as_json, policy=policy, tolerance=tolerance))
+    raise typer.Exit(
+        check_command(task, candidate, device=device, as_json=as_json, policy=policy, tolerance=tolerance)
+    )
 
 
 @app.command()
@@ -296,8 +345,12 @@ def threads(home: Annotated[str | None, typer.Option(help="run-data directory")]
         if snap.next:
             status = f"stopped before {','.join(snap.next)}"
         table.add_row(
-            tid, v["task"].name if v.get("task") else "-", (v.get("settings") or {}).get("device", "-"), status,
-            f"{sp:.2f}x" if sp else "-", str(snap.created_at or "-")[:19],
+            tid,
+            v["task"].name if v.get("task") else "-",
+            (v.get("settings") or {}).get("device", "-"),
+            status,
+            f"{sp:.2f}x" if sp else "-",
+            str(snap.created_at or "-")[:19],
         )
     out_console.print(table)
 
@@ -318,19 +371,28 @@ def show(
     if not hist:
         _fail_bad_input(f"no thread {thread!r} under {egg_home}")
     v = hist[0].values
-    out_console.print(f"thread {thread}: task {v['task'].name if v.get('task') else '-'}, status {v.get('status')}, "
-                      f"failure {v.get('failure')}", highlight=False)
+    out_console.print(
+        f"thread {thread}: task {v['task'].name if v.get('task') else '-'}, status {v.get('status')}, "
+        f"failure {v.get('failure')}",
+        highlight=False,
+    )
     t = Table(title="stage decisions")
     for col in ("stage", "outcome", "changed", "why", "speedup out"):
         t.add_column(col)
     for d in v.get("decisions") or []:
-        t.add_row(d.stage, d.outcome, d.changed, d.why[:120], f"{d.speedup_exit:.2f}x" if d.speedup_exit else "-")
+        t.add_row(
+            d.stage, d.outcome, d.changed, d.why[:120], f"{d.speedup_exit:.2f}x" if d.speedup_exit else "-"
+        )
     out_console.print(t)
     c = Table(title="checkpoints (newest first)")
     for col in ("checkpoint id", "step", "next node"):
         c.add_column(col)
     for s in hist:
-        c.add_row(s.config["configurable"]["checkpoint_id"], str(s.metadata.get("step")), ",".join(s.next) or "(end)")
+        c.add_row(
+            s.config["configurable"]["checkpoint_id"],
+            str(s.metadata.get("step")),
+            ",".join(s.next) or "(end)",
+        )
     out_console.print(c)
 
 
@@ -349,8 +411,12 @@ def default_replay_checkpoint(hist: list) -> Any:
 @app.command()
 def replay(
     thread: Annotated[str, typer.Argument(help="thread id")],
-    checkpoint: Annotated[str | None, typer.Option(help="checkpoint id (default: start of the failed or last stage)")] = None,
-    llm: Annotated[str, typer.Option(help="live or recorded (serve the thread's recorded LLM replies, no network)")] = "live",
+    checkpoint: Annotated[
+        str | None, typer.Option(help="checkpoint id (default: start of the failed or last stage)")
+    ] = None,
+    llm: Annotated[
+        str, typer.Option(help="live or recorded (serve the thread's recorded LLM replies, no network)")
+    ] = "live",
     out: Annotated[str | None, typer.Option(help="output directory")] = None,
     home: Annotated[str | None, typer.Option(help="run-data directory")] = None,
     json_logs: Annotated[bool, typer.Option("--json-logs")] = False,
@@ -379,7 +445,10 @@ def replay(
         _fail_bad_input(str(e))
     settings = Context.from_dict(start.values.get("settings") or {})
     cid = start.config["configurable"]["checkpoint_id"]
-    out_console.print(f"replaying {thread} from checkpoint {cid} (before {','.join(start.next)}), llm={llm}", highlight=False)
+    out_console.print(
+        f"replaying {thread} from checkpoint {cid} (before {','.join(start.next)}), llm={llm}",
+        highlight=False,
+    )
     out_dir = Path(out) if out else egg_home / "threads" / thread / f"replay-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.time()
     try:
@@ -398,7 +467,9 @@ def replay(
 def eval_(
     paths: Annotated[list[str], typer.Argument(help="task files or directories (recursive)")],
     out: Annotated[str, typer.Option(help="output directory")],
-    resume: Annotated[bool, typer.Option("--resume", help="skip tasks that already have a final row")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="skip tasks that already have a final row")
+    ] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     workers: Annotated[int, typer.Option(help="parallel tasks on CPU")] = 1,
     gpus: Annotated[str | None, typer.Option(help="comma-separated GPU ids, one worker each")] = None,
@@ -406,7 +477,9 @@ def eval_(
     stages: Annotated[str | None, typer.Option(help="comma-separated stages")] = None,
     policy: Annotated[str, typer.Option(help="strict or mixed")] = "mixed",
     backend: Annotated[str, typer.Option(help="local or ray")] = "local",
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: local instance)")] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: local instance)")
+    ] = None,
     html: Annotated[bool, typer.Option("--html", help="also write report.html")] = False,
     seeds: Annotated[int | None, typer.Option(help="algorithm seeds per task (passed to optimize)")] = None,
 ) -> None:
@@ -419,9 +492,19 @@ def eval_(
         _fail_bad_input(f"--gpus must be comma-separated integers, not {gpus!r}")
     raise typer.Exit(
         eval_command(
-            paths, out=out, resume=resume, device=device, workers=workers, gpus=gpu_ids, model=model,
-            stages=stages.split(",") if stages else None, policy=policy, backend=backend, ray_address=ray_address,
-            html=html, extra_args=["--seeds", str(seeds)] if seeds is not None else None,
+            paths,
+            out=out,
+            resume=resume,
+            device=device,
+            workers=workers,
+            gpus=gpu_ids,
+            model=model,
+            stages=stages.split(",") if stages else None,
+            policy=policy,
+            backend=backend,
+            ray_address=ray_address,
+            html=html,
+            extra_args=["--seeds", str(seeds)] if seeds is not None else None,
         )
     )
 

@@ -23,24 +23,52 @@ def _doc(text: str, env: str | None = None) -> dict[str, Any]:
 class Context:
     """Settings of one EGG run (LangGraph `context_schema`)."""
 
-    code_model: str = field(default="expert", metadata=_doc("model of the code role: `expert` or `openai:<model>`", "EGG_CODE_MODEL"))
-    profiler_model: str = field(default="expert", metadata=_doc("model of the profiler role", "EGG_PROFILER_MODEL"))
-    debugger_model: str = field(default="expert", metadata=_doc("model of the debugger role", "EGG_DEBUGGER_MODEL"))
-    device: str = field(default="cpu", metadata=_doc("`cpu` (Triton interpreter, reduced sizes, no timing) or `cuda`", "EGG_DEVICE"))
+    code_model: str = field(
+        default="expert",
+        metadata=_doc("model of the code role: `expert` or `openai:<model>`", "EGG_CODE_MODEL"),
+    )
+    profiler_model: str = field(
+        default="expert", metadata=_doc("model of the profiler role", "EGG_PROFILER_MODEL")
+    )
+    debugger_model: str = field(
+        default="expert", metadata=_doc("model of the debugger role", "EGG_DEBUGGER_MODEL")
+    )
+    device: str = field(
+        default="cpu",
+        metadata=_doc("`cpu` (Triton interpreter, reduced sizes, no timing) or `cuda`", "EGG_DEVICE"),
+    )
     seeds: int = field(default=4, metadata=_doc("algorithm seeds explored in parallel", "EGG_SEEDS"))
-    policy: str = field(default="mixed", metadata=_doc("PyTorch-compute policy: `strict` or `mixed`", "EGG_POLICY"))
-    tolerance: float | None = field(default=None, metadata=_doc("widen the correctness tolerance (reported)", None))
-    stages: tuple[str, ...] = field(default=STAGE_NAMES, metadata=_doc("stages to run, in order", "EGG_STAGES"))
+    policy: str = field(
+        default="mixed", metadata=_doc("PyTorch-compute policy: `strict` or `mixed`", "EGG_POLICY")
+    )
+    tolerance: float | None = field(
+        default=None, metadata=_doc("widen the correctness tolerance (reported)", None)
+    )
+    stages: tuple[str, ...] = field(
+        default=STAGE_NAMES, metadata=_doc("stages to run, in order", "EGG_STAGES")
+    )
     refine_budget: int = field(default=3, metadata=_doc("refinement attempts in the algorithm stage", None))
     tune_budget: int = field(default=6, metadata=_doc("attempts per tuning stage on a GPU", None))
-    cpu_tune_budget: int = field(default=1, metadata=_doc("attempts per tuning stage on CPU, where nothing is timed", None))
+    cpu_tune_budget: int = field(
+        default=1, metadata=_doc("attempts per tuning stage on CPU, where nothing is timed", None)
+    )
     fix_budget: int = field(default=2, metadata=_doc("debugger-guided fixes in a row before moving on", None))
     recent_k: int = field(default=4, metadata=_doc("attempt summaries shown to a model", None))
-    job_timeout_s: float = field(default=300.0, metadata=_doc("time limit of one sandbox job (seconds)", "EGG_JOB_TIMEOUT"))
-    run_tokens: int | None = field(default=None, metadata=_doc("LLM token budget of the whole run", "EGG_RUN_TOKENS"))
-    stage_tokens: int | None = field(default=None, metadata=_doc("LLM token budget of one stage", "EGG_STAGE_TOKENS"))
-    run_seconds: float | None = field(default=None, metadata=_doc("wall-time budget of the whole run", "EGG_RUN_SECONDS"))
-    egg_home: str = field(default=".egg", metadata=_doc("directory for checkpoints, logs and artifacts", "EGG_HOME"))
+    job_timeout_s: float = field(
+        default=300.0, metadata=_doc("time limit of one sandbox job (seconds)", "EGG_JOB_TIMEOUT")
+    )
+    run_tokens: int | None = field(
+        default=None, metadata=_doc("LLM token budget of the whole run", "EGG_RUN_TOKENS")
+    )
+    stage_tokens: int | None = field(
+        default=None, metadata=_doc("LLM token budget of one stage", "EGG_STAGE_TOKENS")
+    )
+    run_seconds: float | None = field(
+        default=None, metadata=_doc("wall-time budget of the whole run", "EGG_RUN_SECONDS")
+    )
+    egg_home: str = field(
+        default=".egg", metadata=_doc("directory for checkpoints, logs and artifacts", "EGG_HOME")
+    )
 
     @classmethod
     def resolve(cls, env: dict[str, str] | None = None, **explicit: Any) -> Context:

@@ -1,8 +1,8 @@
 """Build a stage subgraph from a stage spec; the same attempt loop serves seeds and refinement.
 
-    start -> [seed fan-out (Send) -> select] -> code -> compile -> check -> time -> profile -> decide
-                                                 ^        |fail     |fail                     |
-                                                 |        +-> debug +-------------> decide ----+--> boundary
+start -> [seed fan-out (Send) -> select] -> code -> compile -> check -> time -> profile -> decide
+                                             ^        |fail     |fail                     |
+                                             |        +-> debug +-------------> decide ----+--> boundary
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def _add_attempt_loop(g: StateGraph, spec: StageSpec, deps: Deps, finish: str) -
     g.add_node("profile", make_profile_node(spec, deps))
     g.add_node("debug", make_debug_node(spec, deps))
     g.add_node("decide", make_decide_node(spec))
-    g.add_conditional_edges("code", route_after_code, {"compile": "compile", "decide": "decide", "finish": finish})
+    g.add_conditional_edges(
+        "code", route_after_code, {"compile": "compile", "decide": "decide", "finish": finish}
+    )
     g.add_conditional_edges("compile", route_after_compile, {"check": "check", "debug": "debug"})
     g.add_conditional_edges("check", route_after_check, {"time": "time", "debug": "debug"})
     g.add_edge("time", "profile")

@@ -14,7 +14,9 @@ def configure_logging(*, json_logs: bool = False, level: str = "info", file=None
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="%H:%M:%S" if not json_logs else "iso"),
     ]
-    renderer = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
+    renderer = (
+        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
+    )
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),

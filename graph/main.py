@@ -20,13 +20,21 @@ from nodes.deps import Deps
 from nodes.lifecycle import make_finalize_node, make_prepare_node
 
 
-def default_deps(*, llm_mode: str = "live", base_url: str | None = None, api_key: str | None = None,
-                 timeout_s: float | None = None) -> Deps:
+def default_deps(
+    *,
+    llm_mode: str = "live",
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float | None = None,
+) -> Deps:
     from nodes.registry import make_model_factory
     from tools.toolbox import Toolbox
 
     toolbox = Toolbox(timeout_s=timeout_s) if timeout_s else Toolbox()
-    return Deps(toolbox=toolbox, model_factory=make_model_factory(llm_mode=llm_mode, base_url=base_url, api_key=api_key))
+    return Deps(
+        toolbox=toolbox,
+        model_factory=make_model_factory(llm_mode=llm_mode, base_url=base_url, api_key=api_key),
+    )
 
 
 def build_graph(deps: Deps) -> StateGraph:
@@ -36,7 +44,9 @@ def build_graph(deps: Deps) -> StateGraph:
         g.add_node(name, build_stage_graph(STAGES[name], deps).compile())
     g.add_node("finalize", make_finalize_node(deps))
     g.add_edge(START, "prepare")
-    g.add_conditional_edges("prepare", route_after_prepare, {STAGE_ORDER[0]: STAGE_ORDER[0], "finalize": "finalize"})
+    g.add_conditional_edges(
+        "prepare", route_after_prepare, {STAGE_ORDER[0]: STAGE_ORDER[0], "finalize": "finalize"}
+    )
     for i, name in enumerate(STAGE_ORDER):
         nxt = STAGE_ORDER[i + 1] if i + 1 < len(STAGE_ORDER) else "finalize"
         g.add_conditional_edges(name, next_after_stage(name), sorted({nxt, "finalize"}))

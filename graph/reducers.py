@@ -35,7 +35,9 @@ def keep_best(current: BestKernel | None, new: BestKernel | None) -> BestKernel 
     return new if beats(new.timing, current.timing) else current
 
 
-def merge_decisions(current: list[StageDecision] | None, new: list[StageDecision] | None) -> list[StageDecision]:
+def merge_decisions(
+    current: list[StageDecision] | None, new: list[StageDecision] | None
+) -> list[StageDecision]:
     """One decision per stage (a later write for a stage replaces the earlier), in stage order."""
     by_stage: dict[str, StageDecision] = {d.stage: d for d in (current or [])}
     for d in new or []:

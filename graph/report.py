@@ -50,7 +50,9 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
         "delegated_ops": best.check.delegated_ops if best else [],
         "stages": [d.model_dump() for d in decisions],
         "timing": timing,
-        "timing_note": None if timing else (final.reason if final is not None else "no verified kernel to time"),
+        "timing_note": None
+        if timing
+        else (final.reason if final is not None else "no verified kernel to time"),
         "speedup_vs_eager": final.speedup_vs_eager if final is not None and verified else None,
         "speedup_vs_compile": final.speedup_vs_compile if final is not None and verified else None,
         "roofline_fraction": profile.roofline_fraction if profile else None,

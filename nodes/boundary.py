@@ -19,7 +19,11 @@ def make_start_node(spec: StageSpec):
     def start(state: dict[str, Any]) -> dict[str, Any]:
         settings = settings_of(state)
         entry = state.get("best")
-        skip = spec.name not in settings.stages or (spec.kind == "tune" and entry is None) or bool(state.get("halt"))
+        skip = (
+            spec.name not in settings.stages
+            or (spec.kind == "tune" and entry is None)
+            or bool(state.get("halt"))
+        )
         log.info("stage.start", stage=spec.name, skip=skip, entry=entry.candidate.id if entry else None)
         return {
             "entry": entry,
@@ -56,7 +60,9 @@ def make_select_node(spec: StageSpec):
     def select(state: dict[str, Any]) -> dict[str, Any]:
         results = sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
         chosen = select_seed(results)
-        log.info("select", stage=spec.name, seeds=len(results), chosen=chosen.candidate.id if chosen else None)
+        log.info(
+            "select", stage=spec.name, seeds=len(results), chosen=chosen.candidate.id if chosen else None
+        )
         return {
             "stage_best": chosen,
             "attempts": results,
@@ -106,20 +112,32 @@ def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision,
     verified = [a for a in attempts if a.verified]
     common = {"stage": spec.name, "attempts": len(attempts), "verified_attempts": len(verified)}
     if spec.name not in settings.stages:
-        return StageDecision(outcome="skipped", changed="nothing", why="not among the requested stages", **common), None
+        return StageDecision(
+            outcome="skipped", changed="nothing", why="not among the requested stages", **common
+        ), None
     if spec.kind == "tune" and entry is None:
-        return StageDecision(outcome="skipped", changed="nothing", why="no verified kernel entered the stage", **common), None
+        return StageDecision(
+            outcome="skipped", changed="nothing", why="no verified kernel entered the stage", **common
+        ), None
     if spec.kind == "explore":
         if best is None:
-            why = state.get("unsupported") or "; ".join(
-                f"{a.candidate.origin}: {a.outcome} ({_detail(a)})" for a in attempts
-            ) or "no candidate was written"
+            why = (
+                state.get("unsupported")
+                or "; ".join(f"{a.candidate.origin}: {a.outcome} ({_detail(a)})" for a in attempts)
+                or "no candidate was written"
+            )
             if state.get("halt"):
                 why = f"{state['halt']}; {why}"
-            failure = f"unsupported: {state['unsupported']}" if state.get("unsupported") else f"no seed passed verification: {why}"
+            failure = (
+                f"unsupported: {state['unsupported']}"
+                if state.get("unsupported")
+                else f"no seed passed verification: {why}"
+            )
             return StageDecision(outcome="failed", changed="nothing", why=why, **common), failure
         seeds = "; ".join(
-            f"{a.candidate.algorithm or a.candidate.origin} [{a.outcome}]" for a in attempts if a.candidate.stage == spec.name
+            f"{a.candidate.algorithm or a.candidate.origin} [{a.outcome}]"
+            for a in attempts
+            if a.candidate.stage == spec.name
         )
         timed = best.timing is not None and best.timing.measured
         rule = "fastest measured" if timed else "first verified in the expert's order (timing not measured)"
@@ -154,15 +172,23 @@ def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision,
         fastest = min((a.timing.candidate_ms for a in timed), default=None)
         why = (
             f"no variant beat the incumbent ({_ms(entry)}) by more than noise; fastest variant "
-            f"{fastest:.4f} ms" if fastest is not None else "no variant verified"
+            f"{fastest:.4f} ms"
+            if fastest is not None
+            else "no variant verified"
         ) + f"; {len(verified)}/{len(attempts)} verified"
     else:
         why = "the code model proposed no change for this stage"
     if state.get("halt"):
         why = f"{state['halt']}; {why}"
     decision = StageDecision(
-        outcome="kept", changed="nothing", why=why, best_candidate_id=entry.candidate.id,
-        speedup_entry=_speedup(entry), speedup_exit=_speedup(entry), params=entry.candidate.params, **common,
+        outcome="kept",
+        changed="nothing",
+        why=why,
+        best_candidate_id=entry.candidate.id,
+        speedup_entry=_speedup(entry),
+        speedup_exit=_speedup(entry),
+        params=entry.candidate.params,
+        **common,
     )
     return decision, None
 
@@ -170,7 +196,13 @@ def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision,
 def make_boundary_node(spec: StageSpec):
     def boundary(state: dict[str, Any]) -> dict[str, Any]:
         decision, failure = decide_stage(spec, state)
-        log.info("stage.decision", stage=spec.name, outcome=decision.outcome, changed=decision.changed, why=decision.why[:200])
+        log.info(
+            "stage.decision",
+            stage=spec.name,
+            outcome=decision.outcome,
+            changed=decision.changed,
+            why=decision.why[:200],
+        )
         update: dict[str, Any] = {"decisions": [decision], "failure": failure}
         if state.get("stage_best") is not None:
             update["best"] = state["stage_best"]

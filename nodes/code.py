@@ -33,7 +33,11 @@ def make_code_node(spec: StageSpec, deps: Deps):
         if state.get("halt"):
             return {"exhausted": True, "current": None}
         if settings.run_seconds and time.time() - state.get("started_at", time.time()) > settings.run_seconds:
-            return {"halt": f"run wall-time budget of {settings.run_seconds:g} s exhausted", "exhausted": True, "current": None}
+            return {
+                "halt": f"run wall-time budget of {settings.run_seconds:g} s exhausted",
+                "exhausted": True,
+                "current": None,
+            }
         base_mode = state.get("mode", "tune")
         fixing = wants_fix(state, settings.fix_budget)
         last = (state.get("attempts") or [None])[-1]
@@ -67,15 +71,21 @@ def make_code_node(spec: StageSpec, deps: Deps):
         except ModelFormatError as e:
             # The reply was unusable: a failed attempt, recorded like any other.
             cand = Candidate(id=ident, source="", stage=spec.name, origin=f"{req.mode}:unusable-reply")
-            att = Attempt(candidate=cand, compile=CompileReport(ok=False, error_kind="model_format",
-                                                                error=f"unusable model reply: {e}"))
+            att = Attempt(
+                candidate=cand,
+                compile=CompileReport(
+                    ok=False, error_kind="model_format", error=f"unusable model reply: {e}"
+                ),
+            )
             log.warning("code.unusable_reply", stage=spec.name, iteration=req.iteration, error=str(e)[:200])
             spent = getattr(e, "usage", None)
             update: dict[str, Any] = {"current": att}
             if spent is not None:
                 update["usage"] = usage_of(f"{spec.name}/code", spent)
             return update
-        usage = usage_of(f"{spec.name}/code", reply.usage.model_copy(update={"seconds": time.perf_counter() - t0}))
+        usage = usage_of(
+            f"{spec.name}/code", reply.usage.model_copy(update={"seconds": time.perf_counter() - t0})
+        )
         if reply.unsupported:
             log.info("code.unsupported", stage=spec.name, reason=reply.unsupported)
             return {"unsupported": reply.unsupported, "exhausted": True, "current": None, "usage": usage}
@@ -87,14 +97,23 @@ def make_code_node(spec: StageSpec, deps: Deps):
             id=f"{ident}.{digest}",
             source=reply.source,
             stage=spec.name,
-            origin=reply.origin if reply.origin.split(":", 1)[0] == req.mode else f"{req.mode}:{reply.origin or 'step'}",
+            origin=reply.origin
+            if reply.origin.split(":", 1)[0] == req.mode
+            else f"{req.mode}:{reply.origin or 'step'}",
             family=reply.family,
             algorithm=reply.algorithm,
             params=reply.params,
             parent_id=req.best.candidate.id if req.best else (last.candidate.id if fixing and last else None),
             prompt=reply.prompt,
         )
-        log.info("code", stage=spec.name, mode=req.mode, iteration=req.iteration, candidate=cand.id, origin=cand.origin)
+        log.info(
+            "code",
+            stage=spec.name,
+            mode=req.mode,
+            iteration=req.iteration,
+            candidate=cand.id,
+            origin=cand.origin,
+        )
         update: dict[str, Any] = {"current": Attempt(candidate=cand), "usage": usage}
         if not fixing:
             update["fixes"] = 0

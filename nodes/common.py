@@ -39,7 +39,9 @@ def incumbent(state: dict[str, Any]) -> BestKernel | None:
 
 def best_of(a: Attempt) -> BestKernel:
     assert a.check is not None
-    return BestKernel(candidate=a.candidate, check=a.check, timing=a.timing, profile=a.profile, compile=a.compile)
+    return BestKernel(
+        candidate=a.candidate, check=a.check, timing=a.timing, profile=a.profile, compile=a.compile
+    )
 
 
 class Stopwatch:

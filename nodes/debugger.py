@@ -40,16 +40,27 @@ def make_debug_node(spec: StageSpec, deps: Deps):
         update: dict[str, Any] = {"fixes": state.get("fixes", 0) + 1}
         diagnosis = deterministic_diagnosis(att)
         if att.candidate.source:  # an unusable model reply has no code to debug
-            req = DebuggerRequest(stage=brief(spec), desc=state["desc"], attempt=att, recent=recent(state, settings.recent_k))
+            req = DebuggerRequest(
+                stage=brief(spec), desc=state["desc"], attempt=att, recent=recent(state, settings.recent_k)
+            )
             t0 = time.perf_counter()
             try:
                 diagnosis, usage = deps.models(settings, thread_id(config)).debugger.diagnose(req)
-                update["usage"] = usage_of(f"{spec.name}/debugger", usage.model_copy(update={"seconds": time.perf_counter() - t0}))
+                update["usage"] = usage_of(
+                    f"{spec.name}/debugger", usage.model_copy(update={"seconds": time.perf_counter() - t0})
+                )
             except ModelFormatError as e:
                 log.warning("debugger.unusable_reply", stage=spec.name, error=str(e)[:200])
             except (ModelUnavailableError, BudgetExceeded) as e:
                 update["halt"] = str(e)
-        log.info("debug", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id, rule=diagnosis.rule, source=diagnosis.source)
+        log.info(
+            "debug",
+            stage=spec.name,
+            iteration=state.get("iteration", 0),
+            candidate=att.candidate.id,
+            rule=diagnosis.rule,
+            source=diagnosis.source,
+        )
         update["current"] = att.model_copy(update={"diagnosis": diagnosis})
         return update
 

@@ -54,7 +54,14 @@ def make_decide_node(spec: StageSpec):
         fixes = update.get("fixes", state.get("fixes", 0))
         if out_of_budget(spec, mode, settings, loop_attempts, fixes):
             update["exhausted"] = True
-        log.info("decide", stage=spec.name, candidate=att.candidate.id, outcome=att.outcome, verdict=verdict, iteration=iteration)
+        log.info(
+            "decide",
+            stage=spec.name,
+            candidate=att.candidate.id,
+            outcome=att.outcome,
+            verdict=verdict,
+            iteration=iteration,
+        )
         return update
 
     return decide
@@ -62,4 +69,8 @@ def make_decide_node(spec: StageSpec):
 
 def _ms(b) -> str:
     t = b.timing
-    return f"{t.candidate_ms:.4f} ms" if t is not None and t.measured and t.candidate_ms is not None else "not timed"
+    return (
+        f"{t.candidate_ms:.4f} ms"
+        if t is not None and t.measured and t.candidate_ms is not None
+        else "not timed"
+    )

@@ -26,7 +26,11 @@ def make_prepare_node(deps: Deps):
         else:
             ctx = runtime.context if isinstance(runtime.context, Context) else Context()
             settings = ctx
-        update: dict[str, Any] = {"settings": settings.to_dict(), "started_at": time.time(), "status": "running"}
+        update: dict[str, Any] = {
+            "settings": settings.to_dict(),
+            "started_at": time.time(),
+            "status": "running",
+        }
         task = state.get("task")
         if task is None:
             path = state.get("task_path")
@@ -45,7 +49,9 @@ def make_prepare_node(deps: Deps):
             k: v for k, v in desc.sizes_used.items() if isinstance(v, int) and desc.constants.get(k) != v
         }
         task = task.model_copy(update={"size_overrides": overrides})
-        log.info("prepare", task=task.name, device=settings.device, ops=len(desc.op_graph), sizes=desc.sizes_used)
+        log.info(
+            "prepare", task=task.name, device=settings.device, ops=len(desc.op_graph), sizes=desc.sizes_used
+        )
         return {**update, "task": task, "desc": desc}
 
     return prepare
@@ -66,9 +72,19 @@ def make_finalize_node(deps: Deps):
         if final.measured is False and final.reason and "rejected" in final.reason:
             # A measurement the toolbox refuses to believe (e.g. faster than light) is no result.
             log.warning("finalize.rejected_timing", reason=final.reason)
-            return {"status": "no_kernel", "failure": f"final benchmark rejected: {final.reason}", "final": final}
-        log.info("finalize", status="verified", candidate=best.candidate.id, candidate_ms=final.candidate_ms,
-                 eager_ms=final.eager_ms, compile_ms=final.compile_ms)
+            return {
+                "status": "no_kernel",
+                "failure": f"final benchmark rejected: {final.reason}",
+                "final": final,
+            }
+        log.info(
+            "finalize",
+            status="verified",
+            candidate=best.candidate.id,
+            candidate_ms=final.candidate_ms,
+            eager_ms=final.eager_ms,
+            compile_ms=final.compile_ms,
+        )
         return {"status": "verified", "final": final, "final_profile": profile, "failure": None}
 
     return finalize

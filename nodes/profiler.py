@@ -35,21 +35,31 @@ def make_profile_node(spec: StageSpec, deps: Deps):
         # Without a measurement there is nothing for a model to reason about: skip the call.
         if att.timing is not None and att.timing.measured:
             req = ProfilerRequest(
-                stage=brief(spec), desc=state["desc"], attempt=att.model_copy(update={"profile": report}),
-                profile=report, best=incumbent(state), recent=recent(state, settings.recent_k),
+                stage=brief(spec),
+                desc=state["desc"],
+                attempt=att.model_copy(update={"profile": report}),
+                profile=report,
+                best=incumbent(state),
+                recent=recent(state, settings.recent_k),
             )
             t0 = time.perf_counter()
             try:
                 advice, usage = deps.models(settings, thread_id(config)).profiler.advise(req)
-                update["usage"] = usage_of(f"{spec.name}/profiler", usage.model_copy(update={"seconds": time.perf_counter() - t0}))
+                update["usage"] = usage_of(
+                    f"{spec.name}/profiler", usage.model_copy(update={"seconds": time.perf_counter() - t0})
+                )
             except ModelFormatError as e:
                 log.warning("profiler.unusable_reply", stage=spec.name, error=str(e)[:200])
             except (ModelUnavailableError, BudgetExceeded) as e:
                 update["halt"] = str(e)
         log.info(
-            "profile", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id,
+            "profile",
+            stage=spec.name,
+            iteration=state.get("iteration", 0),
+            candidate=att.candidate.id,
             bottleneck=advice.bottleneck,
-            roofline=report.roofline_fraction, advice_source=advice.source,
+            roofline=report.roofline_fraction,
+            advice_source=advice.source,
         )
         update["current"] = att.model_copy(update={"profile": report, "advice": advice})
         update["advice"] = advice

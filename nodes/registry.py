@@ -27,7 +27,11 @@ def make_model_factory(*, llm_mode: str = "live", base_url: str | None = None, a
     """
 
     def factory(settings: Context, thread: str) -> ModelSet:
-        names = {"code": settings.code_model, "profiler": settings.profiler_model, "debugger": settings.debugger_model}
+        names = {
+            "code": settings.code_model,
+            "profiler": settings.profiler_model,
+            "debugger": settings.debugger_model,
+        }
         experts = expert_models()
         if all(n == "expert" for n in names.values()):
             return experts

@@ -28,10 +28,18 @@ def make_compile_node(spec: StageSpec, deps: Deps):
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
             )
         log.info(
-            "compile", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id, ok=report.ok,
-            error_kind=report.error_kind, line=report.error_line,
+            "compile",
+            stage=spec.name,
+            iteration=state.get("iteration", 0),
+            candidate=att.candidate.id,
+            ok=report.ok,
+            error_kind=report.error_kind,
+            line=report.error_line,
         )
-        return {"current": att.model_copy(update={"compile": report}), "usage": _tools_usage(spec, sw.seconds)}
+        return {
+            "current": att.model_copy(update={"compile": report}),
+            "usage": _tools_usage(spec, sw.seconds),
+        }
 
     return compile_
 
@@ -45,9 +53,13 @@ def make_check_node(spec: StageSpec, deps: Deps):
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
             )
         log.info(
-            "check", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id,
+            "check",
+            stage=spec.name,
+            iteration=state.get("iteration", 0),
+            candidate=att.candidate.id,
             accepted=report.accepted,
-            reasons=report.reasons[:3], max_abs_err=report.max_abs_err,
+            reasons=report.reasons[:3],
+            max_abs_err=report.max_abs_err,
         )
         return {"current": att.model_copy(update={"check": report}), "usage": _tools_usage(spec, sw.seconds)}
 
@@ -63,9 +75,14 @@ def make_time_node(spec: StageSpec, deps: Deps):
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
             )
         log.info(
-            "time", stage=spec.name, iteration=state.get("iteration", 0), candidate=att.candidate.id,
+            "time",
+            stage=spec.name,
+            iteration=state.get("iteration", 0),
+            candidate=att.candidate.id,
             measured=report.measured,
-            candidate_ms=report.candidate_ms, eager_ms=report.eager_ms, reason=report.reason,
+            candidate_ms=report.candidate_ms,
+            eager_ms=report.eager_ms,
+            reason=report.reason,
         )
         return {"current": att.model_copy(update={"timing": report}), "usage": _tools_usage(spec, sw.seconds)}
 

@@ -46,9 +46,15 @@ class FakeToolbox:
         if "class Model" not in task.source:
             raise BadTaskError("task defines no `class Model`")
         return TaskDescription(
-            name=task.name, source=task.source, inputs=[TensorInfo(shape=[8, 8], dtype="float32")],
-            outputs=[TensorInfo(shape=[8, 8], dtype="float32")], constants={"N": 8}, sizes_used={"N": 8},
-            flops=64.0, bytes_moved=512.0, device=task.device,
+            name=task.name,
+            source=task.source,
+            inputs=[TensorInfo(shape=[8, 8], dtype="float32")],
+            outputs=[TensorInfo(shape=[8, 8], dtype="float32")],
+            constants={"N": 8},
+            sizes_used={"N": 8},
+            flops=64.0,
+            bytes_moved=512.0,
+            device=task.device,
         )
 
     def compile(self, task: TaskSpec, source: str, **kw: Any) -> CompileReport:
@@ -57,10 +63,14 @@ class FakeToolbox:
             return CompileReport(ok=False, error="triton: bad", error_kind="triton", error_line=3)
         return CompileReport(ok=True)
 
-    def check(self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: Any = None) -> CheckReport:
+    def check(
+        self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: Any = None
+    ) -> CheckReport:
         self._log("check", source)
         if "mismatch" in source:
-            return CheckReport(accepted=False, reasons=["mismatch: trial 0 max_abs_err 1.0 > tol 1e-4"], trials=1)
+            return CheckReport(
+                accepted=False, reasons=["mismatch: trial 0 max_abs_err 1.0 > tol 1e-4"], trials=1
+            )
         return CheckReport(accepted=True, trials=5, max_abs_err=1e-7, max_rel_err=1e-7, policy=policy)
 
     def _timing(self, source: str, with_compile: bool) -> TimingReport:
@@ -69,8 +79,13 @@ class FakeToolbox:
         m = re.search(r"ms=([0-9.]+)", source)
         ms = float(m.group(1)) if m else 1.0
         return TimingReport(
-            measured=True, candidate_ms=ms, candidate_p20_ms=ms, candidate_p80_ms=ms, eager_ms=self.eager_ms,
-            compile_ms=0.8 * self.eager_ms if with_compile else None, noise=0.005,
+            measured=True,
+            candidate_ms=ms,
+            candidate_p20_ms=ms,
+            candidate_p80_ms=ms,
+            eager_ms=self.eager_ms,
+            compile_ms=0.8 * self.eager_ms if with_compile else None,
+            noise=0.005,
         )
 
     def time(self, task: TaskSpec, source: str, **kw: Any) -> TimingReport:
@@ -82,7 +97,9 @@ class FakeToolbox:
         return self._timing(source, True)
 
     def profile(self, desc, timing, compile) -> ProfileReport:
-        return ProfileReport(bottleneck="memory" if timing and timing.measured else "unknown", evidence=["fake"])
+        return ProfileReport(
+            bottleneck="memory" if timing and timing.measured else "unknown", evidence=["fake"]
+        )
 
 
 class ScriptedCode:
@@ -111,15 +128,23 @@ class ScriptedCode:
             return CodeReply(source=None)
         src = seq[i]
         params = dict(re.findall(r"(\w+)=(\w+)", src))
-        return CodeReply(source=src, origin=f"{req.mode}:{i}", algorithm=f"alg{i}", family="fake", params=params,
-                         usage=RoleUsage(calls=1, input_tokens=100, output_tokens=20))
+        return CodeReply(
+            source=src,
+            origin=f"{req.mode}:{i}",
+            algorithm=f"alg{i}",
+            family="fake",
+            params=params,
+            usage=RoleUsage(calls=1, input_tokens=100, output_tokens=20),
+        )
 
 
 class FakeProfiler:
     name = "fake"
 
     def advise(self, req: ProfilerRequest):
-        return ProfilerAdvice(bottleneck=req.profile.bottleneck, evidence=["fake"], plan="go"), RoleUsage(calls=1)
+        return ProfilerAdvice(bottleneck=req.profile.bottleneck, evidence=["fake"], plan="go"), RoleUsage(
+            calls=1
+        )
 
 
 class FakeDebugger:

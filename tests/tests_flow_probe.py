@@ -18,5 +18,8 @@ def run_once() -> None:
     deps = Deps(toolbox=FakeToolbox(), model_factory=lambda s, t: scripted_models(code))
     g = build_graph(deps).compile(checkpointer=InMemorySaver())
     ctx = Context(device="cuda", seeds=1)
-    g.invoke({"task": TaskSpec(path="t.py", name="t", source="class Model: pass"), "settings": ctx.to_dict()},
-             {"configurable": {"thread_id": "p"}}, context=ctx)
+    g.invoke(
+        {"task": TaskSpec(path="t.py", name="t", source="class Model: pass"), "settings": ctx.to_dict()},
+        {"configurable": {"thread_id": "p"}},
+        context=ctx,
+    )

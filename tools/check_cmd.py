@@ -26,15 +26,33 @@ def cuda_available(timeout_s: float = 120.0) -> bool:
 
 def _fail(msg: str, as_json: bool) -> int:
     if as_json:
-        print(json.dumps({"accepted": False, "reasons": [f"bad_input: {msg}"], "max_abs_err": None,
-                          "max_rel_err": None, "trials": 0, "timing": None, "error": msg}))
+        print(
+            json.dumps(
+                {
+                    "accepted": False,
+                    "reasons": [f"bad_input: {msg}"],
+                    "max_abs_err": None,
+                    "max_rel_err": None,
+                    "trials": 0,
+                    "timing": None,
+                    "error": msg,
+                }
+            )
+        )
     else:
         print(f"error: {msg}", file=sys.stderr)
     return 2
 
 
-def check_command(task_path: str, candidate_path: str, *, device: str = "auto", as_json: bool = False,
-                  policy: str = "mixed", tolerance: float | None = None) -> int:
+def check_command(
+    task_path: str,
+    candidate_path: str,
+    *,
+    device: str = "auto",
+    as_json: bool = False,
+    policy: str = "mixed",
+    tolerance: float | None = None,
+) -> int:
     tp, cp = Path(task_path), Path(candidate_path)
     for p, what in ((tp, "task"), (cp, "candidate")):
         if not p.is_file():
@@ -58,8 +76,11 @@ def check_command(task_path: str, candidate_path: str, *, device: str = "auto", 
         task = TaskSpec(path=str(tp), name=tp.stem, source=task_src, device=device)
         desc = tb.describe(task, shrink=device == "cpu")
         if device == "cpu":
-            task = task.model_copy(update={"size_overrides": {k: int(v) for k, v in desc.sizes_used.items()
-                                                              if isinstance(v, int)}})
+            task = task.model_copy(
+                update={
+                    "size_overrides": {k: int(v) for k, v in desc.sizes_used.items() if isinstance(v, int)}
+                }
+            )
         # Compile (sm_90) and check are independent jobs: run them side by side.
         with ThreadPoolExecutor(2) as ex:
             f_comp = ex.submit(tb.compile, task, cand_src)
@@ -100,31 +121,39 @@ def check_command(task_path: str, candidate_path: str, *, device: str = "auto", 
 
 
 def _print_human(o: dict[str, Any]) -> None:
-    print(f"{'ACCEPTED' if o['accepted'] else 'REJECTED'}  (device {o['device']}, policy {o['policy']}, "
-          f"{o['trials']} trial(s))")
+    print(
+        f"{'ACCEPTED' if o['accepted'] else 'REJECTED'}  (device {o['device']}, policy {o['policy']}, "
+        f"{o['trials']} trial(s))"
+    )
     for r in o["reasons"]:
         print(f"  - {r}")
     if o["max_abs_err"] is not None:
         print(f"  max_abs_err {o['max_abs_err']:.3g}  max_rel_err {o['max_rel_err']:.3g}")
     tol = o["tolerance"]
     if tol:
-        print(f"  tolerance atol {tol.get('atol', 0):.3g} rtol {tol.get('rtol', 0):.3g}"
-              f" (reference's own error {tol.get('reference_err', 0):.3g})"
-              + ("  [WIDENED by --tolerance]" if o["tolerance_widened"] else ""))
+        print(
+            f"  tolerance atol {tol.get('atol', 0):.3g} rtol {tol.get('rtol', 0):.3g}"
+            f" (reference's own error {tol.get('reference_err', 0):.3g})"
+            + ("  [WIDENED by --tolerance]" if o["tolerance_widened"] else "")
+        )
     if o["delegated_ops"]:
         print(f"  delegated to PyTorch: {', '.join(o['delegated_ops'])}")
     if o["degenerate"]:
         print(f"  degenerate task: {'; '.join(o['degenerate'])}")
     print(f"  sizes: {o['sizes_used']}")
     for k in o["compile"].get("kernels", []):
-        print(f"  kernel {k['name']}: warps {k['num_warps']} stages {k['num_stages']} regs {k['registers']} "
-              f"spills {k['spills']} shared {k['shared_bytes']} B")
+        print(
+            f"  kernel {k['name']}: warps {k['num_warps']} stages {k['num_stages']} regs {k['registers']} "
+            f"spills {k['spills']} shared {k['shared_bytes']} B"
+        )
     t = o["timing"]
     if t is not None:
         if t["measured"]:
             env = t.get("env") or {}
-            print(f"  timing: candidate {t['candidate_ms']:.4f} ms (p20 {t['candidate_p20_ms']:.4f}, p80 "
-                  f"{t['candidate_p80_ms']:.4f}), eager {t['eager_ms']:.4f} ms, noise {t['noise']:.1%} "
-                  f"on {env.get('gpu')}")
+            print(
+                f"  timing: candidate {t['candidate_ms']:.4f} ms (p20 {t['candidate_p20_ms']:.4f}, p80 "
+                f"{t['candidate_p80_ms']:.4f}), eager {t['eager_ms']:.4f} ms, noise {t['noise']:.1%} "
+                f"on {env.get('gpu')}"
+            )
         else:
             print(f"  timing: not measured: {t['reason']}")

@@ -29,6 +29,8 @@ TAIL_BYTES = 16_000
 # *_TOKEN, OPENAI_*, cloud credentials) is dropped.
 _ENV_PASS = ("PATH", "LANG", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR", "CUDA_HOME", "CUDA_PATH", "TZ")
 _ENV_PREFIX_PASS = ("LC_",)
+
+
 def sandbox_env(workdir: str, device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     env: dict[str, str] = {}
     for k, v in os.environ.items():
@@ -125,11 +127,16 @@ def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResu
         _kill_group(proc)
         seconds = time.monotonic() - t0
         stdout_tail, stderr_tail = out.text(), err.text()
-        common = dict(kind=job.kind, exit_code=rc, stdout_tail=stdout_tail, stderr_tail=stderr_tail,
-                      seconds=seconds)
+        common = dict(
+            kind=job.kind, exit_code=rc, stdout_tail=stdout_tail, stderr_tail=stderr_tail, seconds=seconds
+        )
         if timed_out:
-            return JobResult(ok=False, error_kind="timeout",
-                             error=f"{job.kind} job exceeded {timeout_s:.0f}s and was killed", **common)
+            return JobResult(
+                ok=False,
+                error_kind="timeout",
+                error=f"{job.kind} job exceeded {timeout_s:.0f}s and was killed",
+                **common,
+            )
         if result_path.exists():
             try:
                 wrapped = json.loads(result_path.read_text())
@@ -137,19 +144,34 @@ def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResu
                     raise ValueError("result not written by the worker (nonce mismatch)")
                 res = JobResult.model_validate(wrapped["result"])
             except (ValueError, KeyError, TypeError) as e:
-                return JobResult(ok=False, error_kind="no_result",
-                                 error=f"worker wrote an unreadable result: {str(e)[:200]}", **common)
+                return JobResult(
+                    ok=False,
+                    error_kind="no_result",
+                    error=f"worker wrote an unreadable result: {str(e)[:200]}",
+                    **common,
+                )
             if rc != 0 and res.ok:
                 # The worker claims success but the process died afterwards: do not trust it.
-                return JobResult(ok=False, error_kind="crash",
-                                 error=f"worker exited with code {rc} after writing a result", **common)
+                return JobResult(
+                    ok=False,
+                    error_kind="crash",
+                    error=f"worker exited with code {rc} after writing a result",
+                    **common,
+                )
             return res.model_copy(update=common)
         if rc is not None and rc < 0:
             sig = -rc
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-            return JobResult(ok=False, error_kind="crash",
-                             error=f"worker killed by signal {name} (e.g. a segfault or out-of-memory kill)",
-                             **common)
+            return JobResult(
+                ok=False,
+                error_kind="crash",
+                error=f"worker killed by signal {name} (e.g. a segfault or out-of-memory kill)",
+                **common,
+            )
         last = stderr_tail.strip().splitlines()[-1:] or [""]
-        return JobResult(ok=False, error_kind="no_result" if rc == 0 else "crash",
-                         error=f"worker exited with code {rc} without a result: {last[0][:300]}", **common)
+        return JobResult(
+            ok=False,
+            error_kind="no_result" if rc == 0 else "crash",
+            error=f"worker exited with code {rc} without a result: {last[0][:300]}",
+            **common,
+        )

@@ -54,7 +54,9 @@ class Toolbox:
 
     @staticmethod
     def _key(task: TaskSpec, source: str, policy: str, tolerance: float | None) -> tuple:
-        digest = hashlib.sha256(f"{task.source}\0{sorted(task.size_overrides.items())}\0{source}".encode()).hexdigest()
+        digest = hashlib.sha256(
+            f"{task.source}\0{sorted(task.size_overrides.items())}\0{source}".encode()
+        ).hexdigest()
         return (digest, task.device, policy, tolerance)
 
     def _take(self, key: tuple, part: str) -> JobResult | None:
@@ -69,21 +71,30 @@ class Toolbox:
             raise ToolInfraError(f"could not start the sandbox worker: {e}") from e
 
     def _job(self, kind: str, task: TaskSpec, **kw: Any) -> Job:
-        return Job(kind=kind, task_path=task.path, task_source=task.source, device=task.device,
-                   size_overrides=dict(task.size_overrides), **kw)
+        return Job(
+            kind=kind,
+            task_path=task.path,
+            task_source=task.source,
+            device=task.device,
+            size_overrides=dict(task.size_overrides),
+            **kw,
+        )
 
     def describe(self, task: TaskSpec, *, shrink: bool) -> TaskDescription:
         res = self._run(self._job("describe", task, options={"shrink": shrink, "name": task.name}))
         if res.error_kind == "bad_task":
             raise BadTaskError(res.error or "bad task")
         if not res.ok:
-            if res.error_kind in ("timeout", "crash") :
+            if res.error_kind in ("timeout", "crash"):
                 raise BadTaskError(f"loading the task failed ({res.error_kind}): {res.error}")
-            raise ToolInfraError(f"describe failed ({res.error_kind}): {res.error}\n{res.stderr_tail[-2000:]}")
+            raise ToolInfraError(
+                f"describe failed ({res.error_kind}): {res.error}\n{res.stderr_tail[-2000:]}"
+            )
         return TaskDescription(**_fields(TaskDescription, res.payload))
 
-    def compile(self, task: TaskSpec, source: str, *, policy: str = "mixed",
-                tolerance: float | None = None) -> CompileReport:
+    def compile(
+        self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
+    ) -> CompileReport:
         if task.device == "cuda":
             return self._evaluate(task, source, policy, tolerance)
         res = self._run(self._job("compile", task, candidate_source=source))
@@ -107,26 +118,42 @@ class Toolbox:
 
     def _compile_report(self, res: JobResult) -> CompileReport:
         if not res.ok:
-            return self._bad_task_or(res, lambda: CompileReport(
-                ok=False, error_kind="timeout" if res.error_kind == "timeout" else "crash",
-                error=f"{res.error} {_tail(res)}".strip(), seconds=res.seconds))
+            return self._bad_task_or(
+                res,
+                lambda: CompileReport(
+                    ok=False,
+                    error_kind="timeout" if res.error_kind == "timeout" else "crash",
+                    error=f"{res.error} {_tail(res)}".strip(),
+                    seconds=res.seconds,
+                ),
+            )
         p = dict(res.payload)
         p["kernels"] = [KernelCompileInfo(**k) for k in p.get("kernels", [])]
         return CompileReport(**_fields(CompileReport, p))
 
-    def check(self, task: TaskSpec, source: str, *, policy: str = "mixed",
-              tolerance: float | None = None) -> CheckReport:
+    def check(
+        self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
+    ) -> CheckReport:
         opts: dict[str, Any] = {}
         if tolerance is not None:
             opts["tolerance"] = float(tolerance)
         res = self._take(self._key(task, source, policy, tolerance), "check") or self._run(
-            self._job("check", task, candidate_source=source, policy=policy, options=opts))
+            self._job("check", task, candidate_source=source, policy=policy, options=opts)
+        )
         if not res.ok:
-            rule = {"timeout": "sandbox.timeout", "internal": "sandbox.internal"}.get(res.error_kind or "",
-                                                                                     "sandbox.crash")
-            return self._bad_task_or(res, lambda: CheckReport(
-                accepted=False, reasons=[f"{rule}: {res.error} {_tail(res)}".strip()], policy=policy,
-                device=task.device, seconds=res.seconds))
+            rule = {"timeout": "sandbox.timeout", "internal": "sandbox.internal"}.get(
+                res.error_kind or "", "sandbox.crash"
+            )
+            return self._bad_task_or(
+                res,
+                lambda: CheckReport(
+                    accepted=False,
+                    reasons=[f"{rule}: {res.error} {_tail(res)}".strip()],
+                    policy=policy,
+                    device=task.device,
+                    seconds=res.seconds,
+                ),
+            )
         return CheckReport(**_fields(CheckReport, res.payload))
 
     def _timing(self, kind: str, task: TaskSpec, source: str | None, options: dict[str, Any]) -> TimingReport:
@@ -136,16 +163,22 @@ class Toolbox:
 
     def _timing_report(self, res: JobResult) -> TimingReport:
         if not res.ok:
-            return self._bad_task_or(res, lambda: TimingReport(
-                measured=False, reason=f"timing.{res.error_kind}: {res.error} {_tail(res)}".strip(),
-                seconds=res.seconds))
+            return self._bad_task_or(
+                res,
+                lambda: TimingReport(
+                    measured=False,
+                    reason=f"timing.{res.error_kind}: {res.error} {_tail(res)}".strip(),
+                    seconds=res.seconds,
+                ),
+            )
         p = dict(res.payload)
         if p.get("env"):
             p["env"] = Environment(**_fields(Environment, p["env"]))
         return TimingReport(**_fields(TimingReport, p))
 
-    def time(self, task: TaskSpec, source: str, *, policy: str = "mixed",
-             tolerance: float | None = None) -> TimingReport:
+    def time(
+        self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
+    ) -> TimingReport:
         cached = self._take(self._key(task, source, policy, tolerance), "time")
         if cached is not None:
             return self._timing_report(cached)
@@ -160,8 +193,9 @@ class Toolbox:
             raise BadTaskError(res.error or "bad task")
         return make()
 
-    def profile(self, desc: TaskDescription, timing: TimingReport | None,
-                compile: CompileReport | None) -> ProfileReport:
+    def profile(
+        self, desc: TaskDescription, timing: TimingReport | None, compile: CompileReport | None
+    ) -> ProfileReport:
         return profile_report(desc, timing, compile)
 
 
@@ -177,20 +211,28 @@ def peaks_for(gpu: str | None) -> dict[str, float]:
     return DEFAULT_PEAKS
 
 
-def profile_report(desc: TaskDescription, timing: TimingReport | None,
-                   compile: CompileReport | None) -> ProfileReport:
+def profile_report(
+    desc: TaskDescription, timing: TimingReport | None, compile: CompileReport | None
+) -> ProfileReport:
     flops, nbytes = desc.flops, desc.bytes_moved
     evidence: list[str] = []
     if compile is not None and compile.ok:
         for k in compile.kernels:
-            evidence.append(f"kernel {k.name}: {k.num_warps} warps, {k.num_stages} stages, "
-                            f"{k.registers} regs, {k.spills} B spills, {k.shared_bytes} B shared")
+            evidence.append(
+                f"kernel {k.name}: {k.num_warps} warps, {k.num_stages} stages, "
+                f"{k.registers} regs, {k.spills} B spills, {k.shared_bytes} B shared"
+            )
             if k.spills:
                 evidence.append(f"kernel {k.name} spills {k.spills} bytes: reduce tile size or live values")
     if timing is None or not timing.measured or not timing.candidate_ms:
         why = timing.reason if timing is not None and timing.reason else "no timing"
-        return ProfileReport(flops=flops, bytes_moved=nbytes, evidence=evidence + [f"not measured: {why}"],
-                             suggestion=None, ncu_skipped="ncu not run (no GPU timing)")
+        return ProfileReport(
+            flops=flops,
+            bytes_moved=nbytes,
+            evidence=evidence + [f"not measured: {why}"],
+            suggestion=None,
+            ncu_skipped="ncu not run (no GPU timing)",
+        )
     gpu = timing.env.gpu if timing.env else None
     peaks = peaks_for(gpu)
     sec = timing.candidate_ms / 1e3
@@ -199,17 +241,23 @@ def profile_report(desc: TaskDescription, timing: TimingReport | None,
     dt = desc.outputs[0].dtype if desc.outputs else "float32"
     # fp32 at full accuracy is fastest as 3xTF32 on tensor cores (three TF32 products per fp32 one),
     # so that, not the FMA-pipe peak, is the compute roof an fp32 kernel can reach (H200: ~165 TFLOP/s).
-    peak_tf = (peaks["tflops_bf16"] if dt in ("float16", "bfloat16")
-               else max(peaks["tflops_fp32"], peaks["tflops_tf32"] / 3.0))
+    peak_tf = (
+        peaks["tflops_bf16"]
+        if dt in ("float16", "bfloat16")
+        else max(peaks["tflops_fp32"], peaks["tflops_tf32"] / 3.0)
+    )
     mem_frac = gbps / peaks["gbps"] if gbps else 0.0
     comp_frac = tflops / peak_tf if tflops else 0.0
     t_mem_us = (nbytes or 0) / (peaks["gbps"] * 1e9) * 1e6
     t_comp_us = (flops or 0) / (peak_tf * 1e12) * 1e6
     ideal_us = max(t_mem_us, t_comp_us)
     us = timing.candidate_ms * 1e3
-    evidence.insert(0, f"candidate {us:.1f} us; ideal {ideal_us:.1f} us "
-                       f"(memory {t_mem_us:.1f} us at {peaks['gbps']:.0f} GB/s, compute {t_comp_us:.1f} us at "
-                       f"{peak_tf:.0f} TFLOP/s)")
+    evidence.insert(
+        0,
+        f"candidate {us:.1f} us; ideal {ideal_us:.1f} us "
+        f"(memory {t_mem_us:.1f} us at {peaks['gbps']:.0f} GB/s, compute {t_comp_us:.1f} us at "
+        f"{peak_tf:.0f} TFLOP/s)",
+    )
     if gbps is not None:
         evidence.append(f"achieved {gbps:.0f} GB/s ({mem_frac:.0%} of peak bandwidth)")
     if tflops is not None:
@@ -221,19 +269,35 @@ def profile_report(desc: TaskDescription, timing: TimingReport | None,
     roofline = ideal_us / us if us > 0 else None
     if us < LAUNCH_BOUND_US or (ideal_us < 0.2 * us and (timing.candidate_launches or 1) > 1 and us < 50):
         bottleneck = "latency"
-        suggestion = ("latency/launch bound: fuse kernels to cut launches, use fewer larger programs, or "
-                      "CUDA graphs; the work itself is tiny")
+        suggestion = (
+            "latency/launch bound: fuse kernels to cut launches, use fewer larger programs, or "
+            "CUDA graphs; the work itself is tiny"
+        )
     elif t_mem_us >= t_comp_us:
         bottleneck = "memory"
-        suggestion = ("memory bound: fuse passes so each byte is read once, vectorize/coalesce loads, "
-                      "use larger blocks per program" if mem_frac < 0.6 else
-                      "memory bound and near peak bandwidth: only reducing bytes moved helps further")
+        suggestion = (
+            "memory bound: fuse passes so each byte is read once, vectorize/coalesce loads, "
+            "use larger blocks per program"
+            if mem_frac < 0.6
+            else "memory bound and near peak bandwidth: only reducing bytes moved helps further"
+        )
     else:
         bottleneck = "compute"
-        suggestion = ("compute bound: use tensor cores (tl.dot) with larger tiles, more stages for "
-                      "pipelining, and check register spills" if comp_frac < 0.6 else
-                      "compute bound near peak: little headroom left")
-    return ProfileReport(flops=flops, bytes_moved=nbytes, achieved_gbps=gbps, achieved_tflops=tflops,
-                         roofline_fraction=roofline, bottleneck=bottleneck, evidence=evidence,
-                         suggestion=suggestion, ncu=None,
-                         ncu_skipped="ncu not run: needs explicit permission and an ncu binary on the GPU host")
+        suggestion = (
+            "compute bound: use tensor cores (tl.dot) with larger tiles, more stages for "
+            "pipelining, and check register spills"
+            if comp_frac < 0.6
+            else "compute bound near peak: little headroom left"
+        )
+    return ProfileReport(
+        flops=flops,
+        bytes_moved=nbytes,
+        achieved_gbps=gbps,
+        achieved_tflops=tflops,
+        roofline_fraction=roofline,
+        bottleneck=bottleneck,
+        evidence=evidence,
+        suggestion=suggestion,
+        ncu=None,
+        ncu_skipped="ncu not run: needs explicit permission and an ncu binary on the GPU host",
+    )

@@ -26,9 +26,28 @@ KNOWN_OPS = (
     | SCAN_OPS
     | ROW_LOSS_OPS
     | POOL_OPS
-    | {"softmax", "log_softmax", "linear", "matmul", "t", "transpose", "permute", "getattr", "getitem", "flip",
-       "layer_norm", "rms_norm", "var", "std", "norm", "instance_norm", "batch_norm", "group_norm", "cross_entropy",
-       "scaled_dot_product_attention"}
+    | {
+        "softmax",
+        "log_softmax",
+        "linear",
+        "matmul",
+        "t",
+        "transpose",
+        "permute",
+        "getattr",
+        "getitem",
+        "flip",
+        "layer_norm",
+        "rms_norm",
+        "var",
+        "std",
+        "norm",
+        "instance_norm",
+        "batch_norm",
+        "group_norm",
+        "cross_entropy",
+        "scaled_dot_product_attention",
+    }
 )
 
 
@@ -87,8 +106,9 @@ class ExpertCode:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             # A generator bug is this model failing to give a usable reply: the graph records it
             # as a failed attempt (ModelFormatError) instead of the run crashing.
-            raise ModelFormatError(f"expert {fam_name} generator failed in {req.mode} mode: "
-                                   f"{type(e).__name__}: {e}") from e
+            raise ModelFormatError(
+                f"expert {fam_name} generator failed in {req.mode} mode: {type(e).__name__}: {e}"
+            ) from e
         return CodeReply(source=None, note=f"unknown mode {req.mode}")
 
     # -- helpers ---------------------------------------------------------------------------
@@ -101,8 +121,15 @@ class ExpertCode:
         return params
 
     def _reply(
-        self, req: CodeRequest, fam_name: str, fam: Any, view: GraphView, plan: Any,
-        params: dict[str, Any], origin: str, note: str,
+        self,
+        req: CodeRequest,
+        fam_name: str,
+        fam: Any,
+        view: GraphView,
+        plan: Any,
+        params: dict[str, Any],
+        origin: str,
+        note: str,
     ) -> CodeReply:
         source = fam.generate(req.desc, view, plan, params)
         return CodeReply(
@@ -134,9 +161,14 @@ class ExpertCode:
             # Library matmul/conv calls are rejected under the strict policy: do not offer them.
             algos = [a for a in algos if not a.startswith("library")]
             if not algos:
-                return CodeReply(source=None, family=fam_name, unsupported=(
-                    f"{fam_name}: the expert's only algorithms keep a library matmul/convolution, "
-                    "which the strict policy forbids (use --policy mixed)"))
+                return CodeReply(
+                    source=None,
+                    family=fam_name,
+                    unsupported=(
+                        f"{fam_name}: the expert's only algorithms keep a library matmul/convolution, "
+                        "which the strict policy forbids (use --policy mixed)"
+                    ),
+                )
         if req.seed_index >= len(algos):
             return CodeReply(
                 source=None,
@@ -146,7 +178,13 @@ class ExpertCode:
         algo = algos[req.seed_index]
         params = self._defaults(fam_name, fam, plan, algo)
         return self._reply(
-            req, fam_name, fam, view, plan, params, f"seed:{algo}",
+            req,
+            fam_name,
+            fam,
+            view,
+            plan,
+            params,
+            f"seed:{algo}",
             f"{fam_name} seed {req.seed_index + 1}/{len(algos)}: algorithm {algo} with default tiling",
         )
 
@@ -218,16 +256,26 @@ class ExpertCode:
                 changed.append(f"{k}={v}")
         shrink_opts: list[tuple[str, dict[str, Any], str]] = []
         if changed:
-            shrink_opts.append((f"fix:{rule or 'safer'}:" + ",".join(changed), smaller,
-                                "smaller tiles / fewer stages to stay within registers and shared memory"))
+            shrink_opts.append(
+                (
+                    f"fix:{rule or 'safer'}:" + ",".join(changed),
+                    smaller,
+                    "smaller tiles / fewer stages to stay within registers and shared memory",
+                )
+            )
         other_opts: list[tuple[str, dict[str, Any], str]] = []
         if hasattr(fam, "safer"):
             other_opts += fam.safer(plan, base, rule)
         for algo in fam.algorithms(plan):
             if algo != base.get("algorithm"):
                 p = self._defaults(fam_name, fam, plan, algo)
-                other_opts.append((f"fix:{rule or 'other'}:algorithm={algo}", p,
-                                   f"switch to the {algo} algorithm, which does not share the failing code"))
+                other_opts.append(
+                    (
+                        f"fix:{rule or 'other'}:algorithm={algo}",
+                        p,
+                        f"switch to the {algo} algorithm, which does not share the failing code",
+                    )
+                )
         # Wrong numbers are not fixed by smaller tiles: try the numerically different variants
         # first there; for resource/compile failures shrinking is the cheaper, likelier fix.
         wrong_numbers = rule in ("mismatch", "nan", "shape")

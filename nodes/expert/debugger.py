@@ -87,8 +87,11 @@ class ExpertDebugger:
             for rule, pat, diag, fix in _COMPILE_RULES:
                 if re.search(pat, text, re.IGNORECASE):
                     return (
-                        Diagnosis(rule=rule, diagnosis=f"{diag}{where}: {_first_line(a.compile.error)}",
-                                  fix_plan=fix),
+                        Diagnosis(
+                            rule=rule,
+                            diagnosis=f"{diag}{where}: {_first_line(a.compile.error)}",
+                            fix_plan=fix,
+                        ),
                         RoleUsage(calls=1),
                     )
             return (

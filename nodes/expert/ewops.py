@@ -17,7 +17,7 @@ from .graphview import Unsupported, arg_value, flit, is_node
 # tanh through exp: Triton has no tl.tanh on every backend (the interpreter included).
 # t = exp(-2|x|) keeps the exponent non-positive, so nothing overflows.
 _TANH = "_ew_tanh"
-HELPERS = '''
+HELPERS = """
 @triton.jit
 def _ew_tanh(x):
     t = tl.exp(-2.0 * tl.abs(x))
@@ -31,7 +31,7 @@ def _ew_softplus(x, beta, threshold):
     # log(1 + e^bx) written as max(bx, 0) + log(1 + e^-|bx|): exact for both tails.
     sp = (tl.maximum(bx, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(bx)))) / beta
     return tl.where(bx > threshold, x, sp)
-'''
+"""
 
 UNARY = {
     "relu",
@@ -175,9 +175,7 @@ def emit(n: OpNode, val: Callable[[Any], str]) -> str:
         a = _c(n, 1, "alpha", 1.0)
         return f"tl.where({x} > 0.0, {x}, {a} * (tl.exp({x} / {a}) - 1.0))"
     if op == "selu":
-        return (
-            f"1.0507009873554805 * tl.where({x} > 0.0, {x}, 1.6732632423543772 * (tl.exp({x}) - 1.0))"
-        )
+        return f"1.0507009873554805 * tl.where({x} > 0.0, {x}, 1.6732632423543772 * (tl.exp({x}) - 1.0))"
     if op == "hardtanh":
         lo, hi = _c(n, 1, "min_val", -1.0), _c(n, 2, "max_val", 1.0)
         return f"tl.minimum(tl.maximum({x}, {lo}), {hi})"

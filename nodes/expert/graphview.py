@@ -52,17 +52,17 @@ class GraphView:
             v.order.append(n.name)
             if n.kind == "placeholder":
                 info = desc.inputs[placeholder_i] if placeholder_i < len(desc.inputs) else None
-                arg = (
-                    v.forward_args[placeholder_i] if placeholder_i < len(v.forward_args) else n.target
-                )
+                arg = v.forward_args[placeholder_i] if placeholder_i < len(v.forward_args) else n.target
                 placeholder_i += 1
                 v.leaves[n.name] = Leaf(
                     n.name, arg, n.shape, is_scalar=isinstance(info, ScalarInfo) or n.shape is None
                 )
             elif n.kind == "get_attr":
                 v.leaves[n.name] = Leaf(n.name, f"self.{n.target}", n.shape)
-            elif n.kind == "call_module" and n.op in PASSTHROUGH or (
-                n.kind != "call_module" and n.op in PASSTHROUGH
+            elif (
+                n.kind == "call_module"
+                and n.op in PASSTHROUGH
+                or (n.kind != "call_module" and n.op in PASSTHROUGH)
             ):
                 if n.op.startswith("dropout") or n.op == "alpha_dropout":
                     p = n.module_attrs.get("p", arg_value(n, 1, "p", 0.5))

@@ -35,7 +35,9 @@ class ExpertProfiler:
         if p.roofline_fraction is not None:
             evidence.append(f"roofline fraction {p.roofline_fraction:.2f}")
         if p.achieved_gbps is not None:
-            evidence.append(f"achieved {p.achieved_gbps:.0f} GB/s ({p.achieved_gbps / PEAK_GBPS:.0%} of peak)")
+            evidence.append(
+                f"achieved {p.achieved_gbps:.0f} GB/s ({p.achieved_gbps / PEAK_GBPS:.0%} of peak)"
+            )
         if p.achieved_tflops is not None:
             evidence.append(f"achieved {p.achieved_tflops:.1f} TFLOP/s")
         timing = req.attempt.timing
@@ -43,11 +45,7 @@ class ExpertProfiler:
             if timing.candidate_ms < 0.02:
                 bottleneck = "latency"
                 evidence.append(f"{timing.candidate_ms * 1000:.1f} us per call: launch overhead dominates")
-        if (
-            bottleneck == "unknown"
-            and req.desc.flops is not None
-            and req.desc.bytes_moved
-        ):
+        if bottleneck == "unknown" and req.desc.flops is not None and req.desc.bytes_moved:
             intensity = req.desc.flops / req.desc.bytes_moved
             # The fp32-tensor-core ridge on H200 is ~100 FLOP/byte; well below it is memory-bound.
             bottleneck = "compute" if intensity > 60 else "memory"

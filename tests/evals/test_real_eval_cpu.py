@@ -137,7 +137,9 @@ def _procs_mentioning(text: str) -> list[int]:
             continue
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next((ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")), "")
+            state = next(
+                (ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")), ""
+            )
         except OSError:
             continue
         if text in cmd and "zombie" not in state:

@@ -30,8 +30,13 @@ def run_jobs(jobs: list[dict[str, Any]], *, interpret: bool = True, timeout: flo
     with tempfile.TemporaryDirectory() as d:
         jp, rp = Path(d, "jobs.json"), Path(d, "results.json")
         jp.write_text(json.dumps(jobs))
-        proc = subprocess.run([sys.executable, str(RUNNER), str(jp), str(rp)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(RUNNER), str(jp), str(rp)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if not rp.exists():
             raise RuntimeError(f"runner died: rc={proc.returncode}\n{proc.stderr[-3000:]}")
         return json.loads(rp.read_text())

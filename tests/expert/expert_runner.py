@@ -45,7 +45,11 @@ def load_candidate(source: str, tmpdir: str, idx: int) -> types.ModuleType:
 
 def _tinfo(t: Any) -> dict:
     if isinstance(t, torch.Tensor):
-        return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "stride": list(t.stride())}
+        return {
+            "shape": list(t.shape),
+            "dtype": str(t.dtype).replace("torch.", ""),
+            "stride": list(t.stride()),
+        }
     kind = "bool" if isinstance(t, bool) else "int" if isinstance(t, int) else "float"
     return {"value": t, "type": kind}
 
@@ -96,7 +100,10 @@ def check(job: dict, tmpdir: str, idx: int) -> dict:
             want = ref(*inputs)
             got = new(*inputs)
         if got.shape != want.shape or got.dtype != want.dtype:
-            return {"ok": False, "error": f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}"}
+            return {
+                "ok": False,
+                "error": f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}",
+            }
         err = (got.double() - want.double()).abs()
         tol = job.get("atol", 1e-4) + job.get("rtol", 1e-4) * want.double().abs()
         bad = ~(err <= tol)
@@ -154,8 +161,19 @@ def compile_kernels(job: dict, tmpdir: str, idx: int) -> dict:
                 sig[name] = "constexpr"
                 consts[name] = v
             elif isinstance(v, torch.Tensor):
-                sig[name] = "*" + {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int64": "i64",
-                                   "int32": "i32", "bool": "i1", "int8": "i8", "uint8": "u8"}[str(v.dtype).replace("torch.", "")]
+                sig[name] = (
+                    "*"
+                    + {
+                        "float32": "fp32",
+                        "float16": "fp16",
+                        "bfloat16": "bf16",
+                        "int64": "i64",
+                        "int32": "i32",
+                        "bool": "i1",
+                        "int8": "i8",
+                        "uint8": "u8",
+                    }[str(v.dtype).replace("torch.", "")]
+                )
             elif isinstance(v, bool):
                 sig[name] = "i1"
             elif isinstance(v, int):
@@ -170,7 +188,9 @@ def compile_kernels(job: dict, tmpdir: str, idx: int) -> dict:
             k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         except Exception as e:
             return {"ok": False, "error": f"{fn.__name__}: {type(e).__name__}: {str(e)[-1500:]}"}
-        done.append({"kernel": fn.__name__, "shared": k.metadata.shared, "n_regs": getattr(k, "n_regs", None)})
+        done.append(
+            {"kernel": fn.__name__, "shared": k.metadata.shared, "n_regs": getattr(k, "n_regs", None)}
+        )
     return {"ok": True, "kernels": done}
 
 
@@ -206,8 +226,12 @@ def bench(job: dict, tmpdir: str, idx: int) -> dict:
         torch.cuda.synchronize()
         err = float((got.double() - want.double()).abs().max())
         ok = bool(torch.allclose(got, want, atol=job.get("atol", 1e-4), rtol=job.get("rtol", 1e-4)))
-        out = {"ok": ok, "max_abs_err": err, "candidate_ms": _ms(lambda: new(*inputs)),
-               "eager_ms": _ms(lambda: ref(*inputs))}
+        out = {
+            "ok": ok,
+            "max_abs_err": err,
+            "candidate_ms": _ms(lambda: new(*inputs)),
+            "eager_ms": _ms(lambda: ref(*inputs)),
+        }
         if job.get("compile"):
             comp = torch.compile(ref)
             out["compile_ms"] = _ms(lambda: comp(*inputs))
@@ -231,8 +255,13 @@ def main() -> None:
                 else:
                     results.append({"ok": False, "error": f"unknown job kind {job['kind']}"})
             except Exception as e:
-                results.append({"ok": False, "error": f"{type(e).__name__}: {e}",
-                                "traceback": traceback.format_exc()[-3000:]})
+                results.append(
+                    {
+                        "ok": False,
+                        "error": f"{type(e).__name__}: {e}",
+                        "traceback": traceback.format_exc()[-3000:],
+                    }
+                )
     json.dump(results, open(sys.argv[2], "w"))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-ACT_ZOO = '''
+ACT_ZOO = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,9 +36,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-CHANNEL_BIAS = '''
+CHANNEL_BIAS = """
 import torch
 import torch.nn as nn
 
@@ -61,9 +61,9 @@ def get_inputs():
 
 def get_init_inputs():
     return [C]
-'''
+"""
 
-SCALAR_ARG = '''
+SCALAR_ARG = """
 import torch
 import torch.nn as nn
 
@@ -84,9 +84,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-SOFTMAX_PRO_EPI = '''
+SOFTMAX_PRO_EPI = """
 import torch
 import torch.nn as nn
 
@@ -109,9 +109,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-MATMUL_TA = '''
+MATMUL_TA = """
 import torch
 import torch.nn as nn
 
@@ -132,9 +132,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-LINEAR_3D_NOBIAS = '''
+LINEAR_3D_NOBIAS = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -158,9 +158,9 @@ def get_inputs():
 
 def get_init_inputs():
     return [DIN, DOUT]
-'''
+"""
 
-MATVEC = '''
+MATVEC = """
 import torch
 import torch.nn as nn
 
@@ -181,9 +181,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-UNSUPPORTED_SORT = '''
+UNSUPPORTED_SORT = """
 import torch
 import torch.nn as nn
 
@@ -204,14 +204,20 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 CASES: dict[str, tuple[str, dict[str, int]]] = {
     "gelu_chain": ((EXAMPLES / "gelu_chain.py").read_text(), {"BATCH": 7, "DIM": 33}),
     "softmax": ((EXAMPLES / "softmax.py").read_text(), {"BATCH": 5, "DIM": 37}),
     "softmax_long": ((EXAMPLES / "softmax.py").read_text(), {"BATCH": 3, "DIM": 20001}),
-    "log_softmax_dim1": ((EXAMPLES / "log_softmax_dim1.py").read_text(), {"BATCH": 3, "CHANNELS": 19, "SPATIAL": 37}),
-    "linear_gelu": ((EXAMPLES / "linear_gelu.py").read_text(), {"BATCH": 19, "IN_FEATURES": 40, "OUT_FEATURES": 33}),
+    "log_softmax_dim1": (
+        (EXAMPLES / "log_softmax_dim1.py").read_text(),
+        {"BATCH": 3, "CHANNELS": 19, "SPATIAL": 37},
+    ),
+    "linear_gelu": (
+        (EXAMPLES / "linear_gelu.py").read_text(),
+        {"BATCH": 19, "IN_FEATURES": 40, "OUT_FEATURES": 33},
+    ),
     "bmm_residual": ((EXAMPLES / "bmm_residual.py").read_text(), {"BATCH": 2, "M": 19, "K": 40, "N": 23}),
     "act_zoo": (ACT_ZOO, {"N": 5, "D": 77}),
     "channel_bias": (CHANNEL_BIAS, {"B": 2, "C": 3, "H": 5, "W": 7}),
@@ -223,7 +229,7 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "unsupported_sort": (UNSUPPORTED_SORT, {"N": 8}),
 }
 
-REDUCE_TEMPLATE = '''
+REDUCE_TEMPLATE = """
 import torch
 import torch.nn as nn
 
@@ -244,9 +250,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-LOSS_MSE = '''
+LOSS_MSE = """
 import torch
 import torch.nn as nn
 
@@ -267,9 +273,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-LOSS_SMOOTH_L1 = '''
+LOSS_SMOOTH_L1 = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -291,7 +297,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 _RED = {"A": 3, "B": 37, "C": 29}
 REDUCE_EXPRS = {
@@ -310,11 +316,14 @@ REDUCE_EXPRS = {
 }
 for _n, _e in REDUCE_EXPRS.items():
     CASES[_n] = (REDUCE_TEMPLATE.replace("{expr}", _e), dict(_RED))
-CASES["red_sum_all_long"] = (REDUCE_TEMPLATE.replace("{expr}", "x.sum() / 3.0"), {"A": 3, "B": 101, "C": 1000})
+CASES["red_sum_all_long"] = (
+    REDUCE_TEMPLATE.replace("{expr}", "x.sum() / 3.0"),
+    {"A": 3, "B": 101, "C": 1000},
+)
 CASES["loss_mse"] = (LOSS_MSE, {"N": 7, "D": 3001})
 CASES["loss_smooth_l1"] = (LOSS_SMOOTH_L1, {"N": 5, "D": 77})
 
-ROWNORM_TEMPLATE = '''
+ROWNORM_TEMPLATE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -337,25 +346,36 @@ def get_inputs():
 
 def get_init_inputs():
     return [D]
-'''
+"""
 
 _RN = {"B": 2, "S": 3, "D": 37}
 ROWNORM_CASES = {
     "rn_layernorm_module": ("self.ln = nn.LayerNorm(d, eps=1e-5)", "self.ln(x)"),
-    "rn_rms_manual": ("self.eps = 1e-6", "x / torch.sqrt(torch.mean(x ** 2, dim=-1, keepdim=True) + self.eps)"),
+    "rn_rms_manual": (
+        "self.eps = 1e-6",
+        "x / torch.sqrt(torch.mean(x ** 2, dim=-1, keepdim=True) + self.eps)",
+    ),
     "rn_l2_normalize": ("pass", "x / torch.norm(x, p=2, dim=-1, keepdim=True)"),
-    "rn_standardize": ("pass",
-                       "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)"),
-    "rn_l1_relu": ("self.w = nn.Parameter(torch.randn(d))",
-                   "torch.relu(x / torch.sum(torch.abs(x), dim=-1, keepdim=True) * self.w)"),
+    "rn_standardize": (
+        "pass",
+        "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)",
+    ),
+    "rn_l1_relu": (
+        "self.w = nn.Parameter(torch.randn(d))",
+        "torch.relu(x / torch.sum(torch.abs(x), dim=-1, keepdim=True) * self.w)",
+    ),
     "rn_rmsnorm_module": ("self.norm = nn.RMSNorm(d, eps=1e-6)", "self.norm(x) * 2.0"),
 }
 for _n, (_i, _e) in ROWNORM_CASES.items():
     CASES[_n] = (ROWNORM_TEMPLATE.replace("{init}", _i).replace("{expr}", _e), dict(_RN))
-CASES["rn_layernorm_long"] = (ROWNORM_TEMPLATE.replace("{init}", ROWNORM_CASES["rn_layernorm_module"][0])
-                              .replace("{expr}", "self.ln(x)"), {"B": 2, "S": 2, "D": 17000})
+CASES["rn_layernorm_long"] = (
+    ROWNORM_TEMPLATE.replace("{init}", ROWNORM_CASES["rn_layernorm_module"][0]).replace(
+        "{expr}", "self.ln(x)"
+    ),
+    {"B": 2, "S": 2, "D": 17000},
+)
 
-FCONV = '''
+FCONV = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -378,13 +398,15 @@ def get_inputs():
 
 def get_init_inputs():
     return [C]
-'''
+"""
 
-CASES["conv_bias_relu"] = ((EXAMPLES / "conv_bias_relu.py").read_text(),
-                           {"BATCH": 2, "IN_CHANNELS": 3, "OUT_CHANNELS": 5, "HEIGHT": 9, "WIDTH": 7})
+CASES["conv_bias_relu"] = (
+    (EXAMPLES / "conv_bias_relu.py").read_text(),
+    {"BATCH": 2, "IN_CHANNELS": 3, "OUT_CHANNELS": 5, "HEIGHT": 9, "WIDTH": 7},
+)
 CASES["fconv1d_gelu"] = (FCONV, {"B": 2, "C": 3, "L": 11})
 
-SCAN_TEMPLATE = '''
+SCAN_TEMPLATE = """
 import torch
 import torch.nn as nn
 
@@ -406,7 +428,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [{dim}]
-'''
+"""
 SCAN_CASES = {
     "scan_cumsum_last": ("torch.cumsum(x, dim=self.dim)", 1),
     "scan_cumsum_first": ("torch.cumsum(x, dim=self.dim) * 0.5", 0),
@@ -416,10 +438,12 @@ SCAN_CASES = {
 }
 for _n, (_e, _d) in SCAN_CASES.items():
     CASES[_n] = (SCAN_TEMPLATE.replace("{expr}", _e).replace("{dim}", str(_d)), {"A": 5, "B": 37})
-CASES["scan_cumsum_long"] = (SCAN_TEMPLATE.replace("{expr}", "torch.cumsum(x, dim=self.dim)").replace("{dim}", "1"),
-                             {"A": 3, "B": 2500})
+CASES["scan_cumsum_long"] = (
+    SCAN_TEMPLATE.replace("{expr}", "torch.cumsum(x, dim=self.dim)").replace("{dim}", "1"),
+    {"A": 3, "B": 2500},
+)
 
-SDPA = '''
+SDPA = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -441,11 +465,14 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
-CASES["attention"] = ((EXAMPLES / "attention.py").read_text(), {"BATCH": 2, "HEADS": 3, "SEQ": 37, "HEAD_DIM": 24})
+"""
+CASES["attention"] = (
+    (EXAMPLES / "attention.py").read_text(),
+    {"BATCH": 2, "HEADS": 3, "SEQ": 37, "HEAD_DIM": 24},
+)
 CASES["sdpa_causal"] = (SDPA, {"B": 1, "H": 2, "S": 45, "D": 16})
 
-BN_TEMPLATE = '''
+BN_TEMPLATE = """
 import torch
 import torch.nn as nn
 
@@ -467,19 +494,26 @@ def get_inputs():
 
 def get_init_inputs():
     return [C]
-'''
+"""
 BN_CASES = {
-    "bn2d": ("self.bn = nn.BatchNorm2d(c)\n        nn.init.uniform_(self.bn.weight)\n        "
-             "nn.init.uniform_(self.bn.bias)", "self.bn(x)"),
-    "conv_bn_relu": ("self.conv = nn.Conv2d(c, 8, 3)\n        self.bn = nn.BatchNorm2d(8, affine=False)",
-                     "torch.relu(self.bn(self.conv(x))) * 2.0"),
+    "bn2d": (
+        "self.bn = nn.BatchNorm2d(c)\n        nn.init.uniform_(self.bn.weight)\n        "
+        "nn.init.uniform_(self.bn.bias)",
+        "self.bn(x)",
+    ),
+    "conv_bn_relu": (
+        "self.conv = nn.Conv2d(c, 8, 3)\n        self.bn = nn.BatchNorm2d(8, affine=False)",
+        "torch.relu(self.bn(self.conv(x))) * 2.0",
+    ),
 }
 for _n, (_i, _e) in BN_CASES.items():
     CASES[_n] = (BN_TEMPLATE.replace("{init}", _i).replace("{expr}", _e), {"N": 3, "C": 5, "H": 7, "W": 9})
-CASES["bn2d_split"] = (BN_TEMPLATE.replace("{init}", BN_CASES["bn2d"][0]).replace("{expr}", "self.bn(x)"),
-                       {"N": 4, "C": 2, "H": 64, "W": 64})
+CASES["bn2d_split"] = (
+    BN_TEMPLATE.replace("{init}", BN_CASES["bn2d"][0]).replace("{expr}", "self.bn(x)"),
+    {"N": 4, "C": 2, "H": 64, "W": 64},
+)
 
-XENT = '''
+XENT = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -501,13 +535,15 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
-XENT_MODULE = XENT.replace("        super().__init__()\n", "        super().__init__()\n        self.loss = nn.CrossEntropyLoss(reduction='sum')\n").replace(
-    "return F.cross_entropy(predictions, targets)", "return self.loss(predictions, targets)")
+"""
+XENT_MODULE = XENT.replace(
+    "        super().__init__()\n",
+    "        super().__init__()\n        self.loss = nn.CrossEntropyLoss(reduction='sum')\n",
+).replace("return F.cross_entropy(predictions, targets)", "return self.loss(predictions, targets)")
 CASES["xent"] = (XENT, {"N": 37, "C": 11})
 CASES["xent_module_sum"] = (XENT_MODULE, {"N": 5, "C": 3000})
 
-KLDIV = '''
+KLDIV = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -529,12 +565,16 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 CASES["loss_kldiv"] = (KLDIV, {"N": 7, "C": 300})
-CASES["rn_instancenorm"] = (BN_TEMPLATE.replace("{init}", "self.inorm = nn.InstanceNorm2d(c)")
-                            .replace("{expr}", "torch.tanh(self.inorm(x))"), {"N": 3, "C": 5, "H": 7, "W": 9})
+CASES["rn_instancenorm"] = (
+    BN_TEMPLATE.replace("{init}", "self.inorm = nn.InstanceNorm2d(c)").replace(
+        "{expr}", "torch.tanh(self.inorm(x))"
+    ),
+    {"N": 3, "C": 5, "H": 7, "W": 9},
+)
 
-POOL_TEMPLATE = '''
+POOL_TEMPLATE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -557,27 +597,39 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 POOL_CASES = {
-    "pool_max2d": ("self.pool = nn.MaxPool2d(3, stride=2, padding=1, dilation=2)", "self.pool(x)", "N, C, H, W"),
-    "pool_avg2d_nopad": ("pass", "F.avg_pool2d(x * 2.0, 3, 2, 1, count_include_pad=False) - 1.0", "N, C, H, W"),
+    "pool_max2d": (
+        "self.pool = nn.MaxPool2d(3, stride=2, padding=1, dilation=2)",
+        "self.pool(x)",
+        "N, C, H, W",
+    ),
+    "pool_avg2d_nopad": (
+        "pass",
+        "F.avg_pool2d(x * 2.0, 3, 2, 1, count_include_pad=False) - 1.0",
+        "N, C, H, W",
+    ),
     "pool_avg1d": ("self.pool = nn.AvgPool1d(4, stride=3, padding=2)", "self.pool(x)", "N, C, W"),
     "pool_max3d": ("self.pool = nn.MaxPool3d(2)", "torch.relu(self.pool(x))", "N, C, D, H, W"),
 }
 for _n, (_i, _e, _s) in POOL_CASES.items():
-    CASES[_n] = (POOL_TEMPLATE.replace("{init}", _i).replace("{expr}", _e).replace("{shape}", _s),
-                 {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11})
+    CASES[_n] = (
+        POOL_TEMPLATE.replace("{init}", _i).replace("{expr}", _e).replace("{shape}", _s),
+        {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
+    )
 
 # BatchNorm with non-trivial running statistics: training mode (the default in the runner) must use
 # batch statistics, eval mode the running ones; the module decides at run time.
 CASES["bn2d_running"] = (
-    BN_TEMPLATE.replace("{init}", BN_CASES["bn2d"][0] + "\n        self.bn.running_mean.uniform_(-1.0, 1.0)"
-                        "\n        self.bn.running_var.uniform_(0.5, 2.0)\n        self.bn.eps = 1e-3")
-    .replace("{expr}", "torch.relu(self.bn(x))"),
+    BN_TEMPLATE.replace(
+        "{init}",
+        BN_CASES["bn2d"][0] + "\n        self.bn.running_mean.uniform_(-1.0, 1.0)"
+        "\n        self.bn.running_var.uniform_(0.5, 2.0)\n        self.bn.eps = 1e-3",
+    ).replace("{expr}", "torch.relu(self.bn(x))"),
     {"N": 3, "C": 5, "H": 7, "W": 9},
 )
 
-BN_FUNCTIONAL = '''
+BN_FUNCTIONAL = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -604,10 +656,10 @@ def get_inputs():
 
 def get_init_inputs():
     return [C]
-'''
+"""
 CASES["bn_functional_eval"] = (BN_FUNCTIONAL, {"N": 3, "C": 7, "L": 13})
 
-MASKED_SOFTMAX = '''
+MASKED_SOFTMAX = """
 import torch
 import torch.nn as nn
 
@@ -632,28 +684,31 @@ def get_inputs():
 
 def get_init_inputs():
     return [0.7]
-'''
+"""
 CASES["softmax_masked"] = (MASKED_SOFTMAX.replace("{dim}", "-1"), {"B": 2, "M": 5, "N": 37})
 CASES["softmax_masked_dim1"] = (MASKED_SOFTMAX.replace("{dim}", "1"), {"B": 2, "M": 11, "N": 6})
 # masked_fill in a plain elementwise chain (bool mask loaded as an operand).
 CASES["ew_masked_fill"] = (
-    MASKED_SOFTMAX.replace('torch.softmax((x * self.scale).masked_fill(mask, float("-inf")), dim={dim})',
-                           "torch.relu(x * self.scale).masked_fill(mask, -2.5) + 1.0"),
+    MASKED_SOFTMAX.replace(
+        'torch.softmax((x * self.scale).masked_fill(mask, float("-inf")), dim={dim})',
+        "torch.relu(x * self.scale).masked_fill(mask, -2.5) + 1.0",
+    ),
     {"B": 3, "M": 5, "N": 37},
 )
 
 # Row norms over non-trailing dims ((outer, R, inner) rows) and over every dim (a 0-d statistic).
 _MID = {
-    "rn_mid_standardize": ("self.w = nn.Parameter(torch.randn(19, 1))",
-                           "(x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, keepdim=True, unbiased=False) + 1e-5)"
-                           " * self.w"),
+    "rn_mid_standardize": (
+        "self.w = nn.Parameter(torch.randn(19, 1))",
+        "(x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, keepdim=True, unbiased=False) + 1e-5) * self.w",
+    ),
     "rn_mid_rms_two_dims": ("pass", "x / torch.sqrt(torch.mean(x * x, dim=(0, 1), keepdim=True) + 1e-6)"),
     "rn_frobenius": ("pass", 'torch.relu(x / torch.norm(x, p="fro")) + 1.0'),
 }
 for _n, (_i, _e) in _MID.items():
     CASES[_n] = (ROWNORM_TEMPLATE.replace("{init}", _i).replace("{expr}", _e), {"B": 2, "S": 19, "D": 7})
 
-GROUPNORM = '''
+GROUPNORM = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -676,25 +731,35 @@ def get_inputs():
 
 def get_init_inputs():
     return [G, C]
-'''
-CASES["gn_module"] = (GROUPNORM.replace("{init}", "self.gn = nn.GroupNorm(g, c, eps=1e-4)\n        "
-                                        "nn.init.uniform_(self.gn.weight, 0.5, 1.5)\n        "
-                                        "nn.init.uniform_(self.gn.bias, -1.0, 1.0)")
-                      .replace("{expr}", "self.gn(x)"), {"N": 3, "C": 6, "H": 5, "W": 7, "G": 3})
-CASES["gn_functional_relu"] = (GROUPNORM.replace("{init}", "self.g = g")
-                               .replace("{expr}", "torch.relu(F.group_norm(x, 2)) * 2.0"),
-                               {"N": 2, "C": 4, "H": 33, "W": 65, "G": 2})
+"""
+CASES["gn_module"] = (
+    GROUPNORM.replace(
+        "{init}",
+        "self.gn = nn.GroupNorm(g, c, eps=1e-4)\n        "
+        "nn.init.uniform_(self.gn.weight, 0.5, 1.5)\n        "
+        "nn.init.uniform_(self.gn.bias, -1.0, 1.0)",
+    ).replace("{expr}", "self.gn(x)"),
+    {"N": 3, "C": 6, "H": 5, "W": 7, "G": 3},
+)
+CASES["gn_functional_relu"] = (
+    GROUPNORM.replace("{init}", "self.g = g").replace("{expr}", "torch.relu(F.group_norm(x, 2)) * 2.0"),
+    {"N": 2, "C": 4, "H": 33, "W": 65, "G": 2},
+)
 
 # Exclusive cumsum written as a shifted cat (the idiom of the egg suite), along both dims.
 _EXCL = "torch.cumsum(torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1), dim=1)"
-CASES["scan_exclusive_last"] = (SCAN_TEMPLATE.replace("{expr}", _EXCL).replace("{dim}", "1"), {"A": 3, "B": 2500})
+CASES["scan_exclusive_last"] = (
+    SCAN_TEMPLATE.replace("{expr}", _EXCL).replace("{dim}", "1"),
+    {"A": 3, "B": 2500},
+)
 CASES["scan_exclusive_first"] = (
-    SCAN_TEMPLATE.replace("{expr}", "torch.cumsum(torch.cat([torch.zeros_like(x[:1]), x[:-1]], dim=0), dim=0) * 2.0")
-    .replace("{dim}", "0"),
+    SCAN_TEMPLATE.replace(
+        "{expr}", "torch.cumsum(torch.cat([torch.zeros_like(x[:1]), x[:-1]], dim=0), dim=0) * 2.0"
+    ).replace("{dim}", "0"),
     {"A": 37, "B": 5},
 )
 
-ROWLOSS = '''
+ROWLOSS = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -717,18 +782,20 @@ def get_inputs():
 
 def get_init_inputs():
     return [0.75]
-'''
+"""
 _RL = {
     "rl_cosine_mean": ("pass", "torch.mean(1 - F.cosine_similarity(x, y, dim=-1))"),
     "rl_cosine_rows": ("pass", "F.cosine_similarity(x, y, dim=2, eps=1e-6) * 2.0"),
-    "rl_triplet_module_sum": ("self.loss = nn.TripletMarginLoss(margin=margin, reduction='sum')",
-                              "self.loss(x, y, z)"),
+    "rl_triplet_module_sum": (
+        "self.loss = nn.TripletMarginLoss(margin=margin, reduction='sum')",
+        "self.loss(x, y, z)",
+    ),
     "rl_triplet_functional": ("pass", "F.triplet_margin_loss(x, y, z, margin=0.3)"),
 }
 for _n, (_i, _e) in _RL.items():
     CASES[_n] = (ROWLOSS.replace("{init}", _i).replace("{expr}", _e), {"A": 3, "B": 5, "D": 1500})
 
-LINEAR_BN = '''
+LINEAR_BN = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -754,18 +821,23 @@ def get_inputs():
 
 def get_init_inputs():
     return [FIN, FOUT]
-'''
+"""
 CASES["linear_bn1d_gelu"] = (LINEAR_BN, {"N": 13, "FIN": 19, "FOUT": 11})
 
 # Pooling of a library conv, with a per-channel bias tensor in the epilogue (mixed policy).
 CASES["pool_conv_relu_bias"] = (
-    POOL_TEMPLATE.replace("{init}", "self.conv = nn.Conv2d(3, 5, 3)\n        self.pool = nn.MaxPool2d(2)\n"
-                          "        self.bias = nn.Parameter(torch.randn(5, 1, 1))")
-    .replace("{expr}", "self.pool(torch.relu(self.conv(x))) + self.bias").replace("{shape}", "N, C, H, W"),
+    POOL_TEMPLATE.replace(
+        "{init}",
+        "self.conv = nn.Conv2d(3, 5, 3)\n        self.pool = nn.MaxPool2d(2)\n"
+        "        self.bias = nn.Parameter(torch.randn(5, 1, 1))",
+    )
+    .replace("{expr}", "self.pool(torch.relu(self.conv(x))) + self.bias")
+    .replace("{shape}", "N, C, H, W"),
     {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
 )
 CASES["pool_avg2d_chscale"] = (
     POOL_TEMPLATE.replace("{init}", "self.s = nn.Parameter(torch.randn(3, 1, 1))")
-    .replace("{expr}", "F.avg_pool2d(x, 2) * self.s").replace("{shape}", "N, C, H, W"),
+    .replace("{expr}", "F.avg_pool2d(x, 2) * self.s")
+    .replace("{shape}", "N, C, H, W"),
     {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
 )

@@ -8,7 +8,14 @@ import pytest
 from expert_helpers import check_jobs, run_jobs
 from expert_tasks import CASES
 
-EVAL_CASES = ["bn2d_running", "bn2d", "conv_bn_relu", "bn_functional_eval", "softmax_masked", "linear_bn1d_gelu"]
+EVAL_CASES = [
+    "bn2d_running",
+    "bn2d",
+    "conv_bn_relu",
+    "bn_functional_eval",
+    "softmax_masked",
+    "linear_bn1d_gelu",
+]
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,18 @@ from nodes.expert import ExpertCode
 
 pytestmark = pytest.mark.gpu
 
-EXAMPLE_FILES = ["gelu_chain.py", "softmax.py", "log_softmax_dim1.py", "linear_gelu.py", "bmm_residual.py",
-                 "conv_bias_relu.py", "layernorm.py", "mse_loss.py", "sum_dim1.py", "attention.py"]
+EXAMPLE_FILES = [
+    "gelu_chain.py",
+    "softmax.py",
+    "log_softmax_dim1.py",
+    "linear_gelu.py",
+    "bmm_residual.py",
+    "conv_bias_relu.py",
+    "layernorm.py",
+    "mse_loss.py",
+    "sum_dim1.py",
+    "attention.py",
+]
 
 
 def _has_cuda() -> bool:

@@ -19,8 +19,15 @@ from nodes.models import AttemptSummary, CodeReply
 
 
 def _best(r: CodeReply, stage_name: str = "algorithm") -> BestKernel:
-    cand = Candidate(id="c0", source=r.source, stage=stage_name, origin=r.origin, family=r.family,
-                     algorithm=r.algorithm, params=r.params)
+    cand = Candidate(
+        id="c0",
+        source=r.source,
+        stage=stage_name,
+        origin=r.origin,
+        family=r.family,
+        algorithm=r.algorithm,
+        params=r.params,
+    )
     return BestKernel(candidate=cand, check=CheckReport(accepted=True))
 
 
@@ -87,13 +94,18 @@ def test_tune_uses_advice_order(descs):
 def test_refine_from_three_pass_then_nothing(descs):
     code = ExpertCode()
     desc = descs["softmax"]
-    three = next(code.write(request(desc, seed_index=i)) for i in range(3)
-                 if code.write(request(desc, seed_index=i)).algorithm == "three-pass")
+    three = next(
+        code.write(request(desc, seed_index=i))
+        for i in range(3)
+        if code.write(request(desc, seed_index=i)).algorithm == "three-pass"
+    )
     r1 = code.write(request(desc, mode="refine", best=_best(three)))
     assert r1.source is not None and r1.origin == "refine:online-max-sum"
     r2 = code.write(request(desc, mode="refine", best=_best(three), recent=[_summary(r1, 1)]))
     assert r2.source is not None and r2.origin == "refine:row-in-registers"
-    r3 = code.write(request(desc, mode="refine", best=_best(three), recent=[_summary(r1, 1), _summary(r2, 2)]))
+    r3 = code.write(
+        request(desc, mode="refine", best=_best(three), recent=[_summary(r1, 1), _summary(r2, 2)])
+    )
     assert r3.source is None
     # the whole-row kernel has nothing left to refine
     whole = code.write(request(desc, seed_index=0))
@@ -104,8 +116,11 @@ def test_refine_from_three_pass_then_nothing(descs):
 def test_refine_library_to_fused(descs):
     code = ExpertCode()
     desc = descs["linear_gelu"]
-    lib = next(r for r in (code.write(request(desc, seed_index=i)) for i in range(5))
-               if r.algorithm == "library+fused-epilogue")
+    lib = next(
+        r
+        for r in (code.write(request(desc, seed_index=i)) for i in range(5))
+        if r.algorithm == "library+fused-epilogue"
+    )
     r = code.write(request(desc, mode="refine", best=_best(lib)))
     assert r.origin == "refine:fuse-epilogue-into-gemm" and r.algorithm == "tiled"
     assert "torch.nn.functional.linear" not in r.source
@@ -115,14 +130,25 @@ def test_fix_shrinks_then_switches_algorithm(descs):
     code = ExpertCode()
     desc = descs["linear_gelu"]
     seed = code.write(request(desc, seed_index=0))
-    cand = Candidate(id="c1", source=seed.source, stage="algorithm", origin=seed.origin,
-                     family=seed.family, algorithm=seed.algorithm, params=seed.params)
-    failed = Attempt(candidate=cand, compile=CompileReport(ok=False, error="out of resource: shared memory",
-                                                           error_kind="triton"))
+    cand = Candidate(
+        id="c1",
+        source=seed.source,
+        stage="algorithm",
+        origin=seed.origin,
+        family=seed.family,
+        algorithm=seed.algorithm,
+        params=seed.params,
+    )
+    failed = Attempt(
+        candidate=cand,
+        compile=CompileReport(ok=False, error="out of resource: shared memory", error_kind="triton"),
+    )
     diag = Diagnosis(rule="shared_memory", diagnosis="x", fix_plan="y")
     r1 = code.write(request(desc, mode="fix", failed=failed, diagnosis=diag))
     assert r1.source is not None and r1.origin.startswith("fix:shared_memory:")
-    assert r1.params["BLOCK_M"] < seed.params["BLOCK_M"] or r1.params["num_stages"] < seed.params["num_stages"]
+    assert (
+        r1.params["BLOCK_M"] < seed.params["BLOCK_M"] or r1.params["num_stages"] < seed.params["num_stages"]
+    )
     recent = [_summary(r1, 2)]
     r2 = code.write(request(desc, mode="fix", failed=failed, diagnosis=diag, recent=recent))
     assert r2.source is not None and r2.algorithm != seed.algorithm
@@ -140,10 +166,20 @@ def test_fix_mismatch_prefers_ieee(descs):
     desc = descs["matmul_ta"]
     seed = code.write(request(desc, seed_index=0))
     assert seed.algorithm == "tiled"
-    cand = Candidate(id="c1", source=seed.source, stage="algorithm", origin=seed.origin,
-                     family=seed.family, algorithm=seed.algorithm, params=seed.params)
-    failed = Attempt(candidate=cand, compile=CompileReport(ok=True),
-                     check=CheckReport(accepted=False, reasons=["mismatch: max_abs_err 3e-3 > 1e-4"]))
+    cand = Candidate(
+        id="c1",
+        source=seed.source,
+        stage="algorithm",
+        origin=seed.origin,
+        family=seed.family,
+        algorithm=seed.algorithm,
+        params=seed.params,
+    )
+    failed = Attempt(
+        candidate=cand,
+        compile=CompileReport(ok=True),
+        check=CheckReport(accepted=False, reasons=["mismatch: max_abs_err 3e-3 > 1e-4"]),
+    )
     diag = Diagnosis(rule="mismatch", diagnosis="x", fix_plan="y")
     r = code.write(request(desc, mode="fix", failed=failed, diagnosis=diag))
     assert r.algorithm == "tiled-ieee", r.origin

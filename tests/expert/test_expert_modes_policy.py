@@ -31,4 +31,4 @@ def test_attention_scale_follows_the_run_time_head_dim(descs):
     reply = ExpertCode().write(request(desc, seed_index=0, n_seeds=2))
     assert reply.source is not None
     assert "1.0 / math.sqrt(q.shape[-1])" in reply.source
-    assert repr(1 / 24 ** 0.5) not in reply.source
+    assert repr(1 / 24**0.5) not in reply.source

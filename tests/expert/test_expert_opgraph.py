@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from expert_helpers import describe_many
 
-SPELLINGS = '''
+SPELLINGS = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -30,9 +30,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-DATA_DEPENDENT = '''
+DATA_DEPENDENT = """
 import torch
 import torch.nn as nn
 
@@ -47,7 +47,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_capture_canonical_names_and_attrs():

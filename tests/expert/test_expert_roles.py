@@ -25,8 +25,9 @@ def _attempt(**kw) -> Attempt:
 def test_profiler_memory_bound_and_spills(descs):
     prof = ProfileReport(achieved_gbps=2100.0, roofline_fraction=0.49, bottleneck="memory")
     comp = CompileReport(ok=True, kernels=[KernelCompileInfo(name="k", registers=255, spills=64)])
-    req = ProfilerRequest(stage=stage("tiling"), desc=descs["softmax"], attempt=_attempt(compile=comp),
-                          profile=prof)
+    req = ProfilerRequest(
+        stage=stage("tiling"), desc=descs["softmax"], attempt=_attempt(compile=comp), profile=prof
+    )
     adv, usage = ExpertProfiler().advise(req)
     assert adv.bottleneck == "memory" and usage.calls == 1
     assert any("2100 GB/s" in e for e in adv.evidence)
@@ -36,8 +37,9 @@ def test_profiler_memory_bound_and_spills(descs):
 
 def test_profiler_latency_from_timing(descs):
     t = TimingReport(measured=True, candidate_ms=0.005, eager_ms=0.01)
-    req = ProfilerRequest(stage=stage("memory"), desc=descs["softmax"], attempt=_attempt(timing=t),
-                          profile=ProfileReport())
+    req = ProfilerRequest(
+        stage=stage("memory"), desc=descs["softmax"], attempt=_attempt(timing=t), profile=ProfileReport()
+    )
     adv, _ = ExpertProfiler().advise(req)
     assert adv.bottleneck == "latency" and "launch" in adv.evidence[-1]
 
@@ -56,11 +58,17 @@ def test_debugger_compile_rules(descs):
 
 
 def test_debugger_check_rules(descs):
-    a = _attempt(compile=CompileReport(ok=True), check=CheckReport(
-        accepted=False, reasons=["mismatch: trial 1 max_abs_err 3.1e-2 > tol 1e-4"], max_abs_err=3.1e-2))
+    a = _attempt(
+        compile=CompileReport(ok=True),
+        check=CheckReport(
+            accepted=False, reasons=["mismatch: trial 1 max_abs_err 3.1e-2 > tol 1e-4"], max_abs_err=3.1e-2
+        ),
+    )
     d, _ = ExpertDebugger().diagnose(DebuggerRequest(stage=stage(), desc=descs["softmax"], attempt=a))
     assert d.rule == "mismatch" and "0.031" in d.diagnosis and "ieee" in d.fix_plan
-    a = _attempt(compile=CompileReport(ok=True), check=CheckReport(
-        accepted=False, reasons=["torch_arith: forward calls torch.exp outside a kernel"]))
+    a = _attempt(
+        compile=CompileReport(ok=True),
+        check=CheckReport(accepted=False, reasons=["torch_arith: forward calls torch.exp outside a kernel"]),
+    )
     d, _ = ExpertDebugger().diagnose(DebuggerRequest(stage=stage(), desc=descs["softmax"], attempt=a))
     assert d.rule == "torch_arith" and "Triton" in d.fix_plan

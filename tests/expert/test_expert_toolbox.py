@@ -20,8 +20,9 @@ def test_seed_passes_toolbox_check(example):
     task = TaskSpec(path=str(EXAMPLES / example), name=example[:-3], source=src)
     desc = tb.describe(task, shrink=True)
     assert desc.op_graph, desc.capture_error
-    task = task.model_copy(update={"size_overrides": {k: v for k, v in desc.sizes_used.items()
-                                                      if isinstance(v, int)}})
+    task = task.model_copy(
+        update={"size_overrides": {k: v for k, v in desc.sizes_used.items() if isinstance(v, int)}}
+    )
     reply = ExpertCode().write(CodeRequest(mode="seed", stage=stage(), task=task, desc=desc))
     assert reply.source is not None, reply.unsupported
     comp = tb.compile(task, reply.source)

@@ -11,8 +11,16 @@ from graph.records import BestKernel, Candidate, CheckReport
 from nodes.expert import ExpertCode
 from nodes.models import AttemptSummary
 
-WALK = ["gelu_chain", "softmax", "softmax_long", "linear_gelu", "rn_layernorm_module", "red_sum_all_long",
-        "red_argmax_last", "conv_bias_relu"]
+WALK = [
+    "gelu_chain",
+    "softmax",
+    "softmax_long",
+    "linear_gelu",
+    "rn_layernorm_module",
+    "red_sum_all_long",
+    "red_argmax_last",
+    "conv_bias_relu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +29,18 @@ def walked(descs):
     out: dict[str, list] = {}
     for name in WALK:
         seed = code.write(request(descs[name], seed_index=0))
-        best = BestKernel(candidate=Candidate(id="s", source=seed.source, stage="algorithm", origin=seed.origin,
-                                              family=seed.family, algorithm=seed.algorithm, params=seed.params),
-                          check=CheckReport(accepted=True))
+        best = BestKernel(
+            candidate=Candidate(
+                id="s",
+                source=seed.source,
+                stage="algorithm",
+                origin=seed.origin,
+                family=seed.family,
+                algorithm=seed.algorithm,
+                params=seed.params,
+            ),
+            check=CheckReport(accepted=True),
+        )
         replies = []
         for st in ("mapping", "tiling", "memory"):
             recent: list[AttemptSummary] = []
@@ -32,8 +49,9 @@ def walked(descs):
                 if r.source is None:
                     break
                 replies.append(r)
-                recent.append(AttemptSummary(candidate_id=f"t{i}", origin=r.origin, params=r.params,
-                                             outcome="verified"))
+                recent.append(
+                    AttemptSummary(candidate_id=f"t{i}", origin=r.origin, params=r.params, outcome="verified")
+                )
             else:
                 raise AssertionError(f"{name}/{st}: tune never exhausted")
         out[name] = replies

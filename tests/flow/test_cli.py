@@ -13,8 +13,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def egg(*args: str, home: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "EGG_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "graph.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "graph.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_missing_task_is_bad_input_without_traceback(tmp_path):
@@ -32,8 +38,15 @@ def test_task_without_model_is_bad_input(tmp_path):
 
 
 def test_bad_option_values_are_bad_input(tmp_path):
-    r = egg("optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu", "--stages", "algorithm,bogus",
-            home=tmp_path)
+    r = egg(
+        "optimize",
+        str(ROOT / "examples" / "softmax.py"),
+        "--device",
+        "cpu",
+        "--stages",
+        "algorithm,bogus",
+        home=tmp_path,
+    )
     assert r.returncode == 2 and "unknown stage" in r.stderr
     r = egg("optimize", str(ROOT / "examples" / "softmax.py"), "--device", "tpu", home=tmp_path)
     assert r.returncode == 2
@@ -43,8 +56,19 @@ def test_bad_option_values_are_bad_input(tmp_path):
 def cpu_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("egg")
     out = home / "out"
-    r = egg("optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu", "--seeds", "2",
-            "--thread-id", "sm-cli", "--out", str(out), home=home)
+    r = egg(
+        "optimize",
+        str(ROOT / "examples" / "softmax.py"),
+        "--device",
+        "cpu",
+        "--seeds",
+        "2",
+        "--thread-id",
+        "sm-cli",
+        "--out",
+        str(out),
+        home=home,
+    )
     return home, out, r
 
 
@@ -82,6 +106,15 @@ def test_threads_show_and_replay(cpu_run):
 def test_optimize_refuses_an_existing_thread_id(cpu_run):
     home, out, r = cpu_run
     assert r.returncode == 0
-    again = egg("optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu", "--thread-id", "sm-cli",
-                "--out", str(home / "again"), home=home)
+    again = egg(
+        "optimize",
+        str(ROOT / "examples" / "softmax.py"),
+        "--device",
+        "cpu",
+        "--thread-id",
+        "sm-cli",
+        "--out",
+        str(home / "again"),
+        home=home,
+    )
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr

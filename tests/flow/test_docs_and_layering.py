@@ -45,9 +45,13 @@ def test_layering():
         mods = _imports(path)
         assert not {m for m in mods if m.startswith(("langgraph", "langchain"))}, path
         if "worker" not in path.parts and path.name != "gpu_selfcheck.py":
-            assert not {m.split(".")[0] for m in mods} & {"torch", "triton"}, f"{path} imports torch/triton outside tools/worker"
+            assert not {m.split(".")[0] for m in mods} & {"torch", "triton"}, (
+                f"{path} imports torch/triton outside tools/worker"
+            )
     for path in (ROOT / "nodes").rglob("*.py"):
-        assert not {m.split(".")[0] for m in _imports(path)} & {"torch", "triton"}, f"{path} imports torch/triton"
+        assert not {m.split(".")[0] for m in _imports(path)} & {"torch", "triton"}, (
+            f"{path} imports torch/triton"
+        )
 
 
 def test_agent_process_never_imports_torch():
@@ -71,6 +75,8 @@ def test_readme_python_snippet_runs(tmp_path):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     (tmp_path / "snippet.py").write_text(block)
     env = {**__import__("os").environ, "EGG_HOME": str(tmp_path / ".egg"), "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "verified" in r.stdout and "@triton.jit" in r.stdout

@@ -16,7 +16,12 @@ from nodes.deps import Deps
 TASK = TaskSpec(path="t.py", name="t", source="class Model: pass\nN = 8\n")
 
 SCRIPT = {
-    ("algorithm", "seed"): ["# seed0 ms=0.9", "# seed1 ms=0.5 compile_error", "# seed2 ms=0.6", "# seed3 mismatch"],
+    ("algorithm", "seed"): [
+        "# seed0 ms=0.9",
+        "# seed1 ms=0.5 compile_error",
+        "# seed2 ms=0.6",
+        "# seed3 mismatch",
+    ],
     ("algorithm", "fix"): ["# fixed ms=0.45"],
     ("algorithm", "refine"): ["# refine ms=0.40"],
     ("mapping", "tune"): ["# m1 G=2 ms=0.41", "# m2 G=4 ms=0.30"],
@@ -90,7 +95,10 @@ def test_unsupported_task_ends_without_kernel():
 
 
 def test_no_seed_verifies_reports_every_failure():
-    script = {("algorithm", "seed"): ["# a mismatch", "# b compile_error"], ("algorithm", "fix"): ["# still mismatch"]}
+    script = {
+        ("algorithm", "seed"): ["# a mismatch", "# b compile_error"],
+        ("algorithm", "fix"): ["# still mismatch"],
+    }
     out, *_ = run(script=script, seeds=2)
     assert out["status"] == "no_kernel"
     assert "no seed passed verification" in out["failure"]

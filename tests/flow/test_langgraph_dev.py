@@ -27,7 +27,11 @@ def server(tmp_path):
     cli = Path(sys.executable).parent / "langgraph"
     proc = subprocess.Popen(
         [str(cli), "dev", "--port", str(port), "--no-browser", "--no-reload", "--config", "langgraph.json"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -41,7 +45,9 @@ def server(tmp_path):
         except OSError:
             time.sleep(0.5)
     else:
-        raise AssertionError("langgraph dev did not come up:\n" + (tmp_path / "server.log").read_text()[-3000:])
+        raise AssertionError(
+            "langgraph dev did not come up:\n" + (tmp_path / "server.log").read_text()[-3000:]
+        )
     yield url
     os.killpg(proc.pid, 15)
     proc.wait(timeout=30)
@@ -56,7 +62,8 @@ def test_langgraph_dev_runs_the_graph(server):
     thread = client.threads.create()
     settings = {"device": "cpu", "seeds": 1, "stages": ["algorithm"], "refine_budget": 0}
     final = client.runs.wait(
-        thread["thread_id"], "egg",
+        thread["thread_id"],
+        "egg",
         input={"task_path": str(ROOT / "examples" / "softmax.py"), "settings": settings},
         config={"recursion_limit": 200},
     )

@@ -44,13 +44,22 @@ def test_keep_best_shuffled_parallel_writes_converge():
 
 def test_merge_decisions_one_per_stage_in_order():
     d = lambda s, o: StageDecision(stage=s, outcome=o, changed="x", why="y")
-    out = merge_decisions([d("tiling", "kept"), d("algorithm", "improved")], [d("mapping", "kept"), d("tiling", "improved")])
-    assert [(x.stage, x.outcome) for x in out] == [("algorithm", "improved"), ("mapping", "kept"), ("tiling", "improved")]
+    out = merge_decisions(
+        [d("tiling", "kept"), d("algorithm", "improved")], [d("mapping", "kept"), d("tiling", "improved")]
+    )
+    assert [(x.stage, x.outcome) for x in out] == [
+        ("algorithm", "improved"),
+        ("mapping", "kept"),
+        ("tiling", "improved"),
+    ]
     assert merge_decisions(out, out) == out  # idempotent: a subgraph echoing the parent's list adds nothing
 
 
 def test_merge_usage_is_order_independent():
-    parts = [Usage(by_key={f"s{i % 3}/code": RoleUsage(calls=1, input_tokens=i, output_tokens=2 * i, seconds=0.5)}) for i in range(10)]
+    parts = [
+        Usage(by_key={f"s{i % 3}/code": RoleUsage(calls=1, input_tokens=i, output_tokens=2 * i, seconds=0.5)})
+        for i in range(10)
+    ]
     rng = random.Random(1)
     results = set()
     for _ in range(20):

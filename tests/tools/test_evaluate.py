@@ -16,8 +16,14 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 
 def _job(task: str, cand: str) -> Job:
     p = CORPUS / "tasks" / f"{task}.py"
-    return Job(kind="evaluate", task_path=str(p), task_source=p.read_text(), device="cpu",
-               candidate_source=(CORPUS / cand).read_text(), size_overrides={})
+    return Job(
+        kind="evaluate",
+        task_path=str(p),
+        task_source=p.read_text(),
+        device="cpu",
+        candidate_source=(CORPUS / cand).read_text(),
+        size_overrides={},
+    )
 
 
 def test_evaluate_runs_compile_then_check_in_one_process():
@@ -49,6 +55,7 @@ def test_gpu_lock_excludes_shared_holders_while_exclusive(tmp_path, monkeypatch)
     monkeypatch.setenv(LOCK_ENV, str(path))
     events: list[str] = []
     with gpu_lock(exclusive=False):
+
         def timer():
             with gpu_lock(exclusive=True):
                 events.append("timing")

@@ -19,8 +19,10 @@ from tools.toolbox import Toolbox
 def _cuda() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False
-    res = run_job(Job(kind="selftest", task_path="", task_source="", device="cuda", options={"what": "env"}),
-                  timeout_s=120)
+    res = run_job(
+        Job(kind="selftest", task_path="", task_source="", device="cuda", options={"what": "env"}),
+        timeout_s=120,
+    )
     return bool(res.ok and res.payload.get("cuda"))
 
 
@@ -29,8 +31,11 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 HAS_CUDA = _cuda() if shutil.which("nvidia-smi") else False
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 TB = Toolbox(timeout_s=240)
-FILES = (sorted((CORPUS / "cheats").glob("*.py")) + sorted((CORPUS / "good").glob("*.py"))
-         + sorted((CORPUS / "gpu_faults").glob("*.py")))
+FILES = (
+    sorted((CORPUS / "cheats").glob("*.py"))
+    + sorted((CORPUS / "good").glob("*.py"))
+    + sorted((CORPUS / "gpu_faults").glob("*.py"))
+)
 
 
 def _meta(p: Path, key: str) -> str | None:
@@ -40,7 +45,9 @@ def _meta(p: Path, key: str) -> str | None:
 
 def _task(name: str, overrides: dict[str, int] | None = None) -> TaskSpec:
     p = CORPUS / "tasks" / f"{name}.py"
-    return TaskSpec(path=str(p), name=name, source=p.read_text(), device="cuda", size_overrides=overrides or {})
+    return TaskSpec(
+        path=str(p), name=name, source=p.read_text(), device="cuda", size_overrides=overrides or {}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +86,22 @@ def test_timing_is_stable_and_complete() -> None:
 
 @needs_cuda
 def test_benchmark_has_compile_baseline() -> None:
-    r = TB.benchmark(_task("softmax", {"BATCH": 4096, "DIM": 1024}), (CORPUS / "good" / "softmax_good.py").read_text())
+    r = TB.benchmark(
+        _task("softmax", {"BATCH": 4096, "DIM": 1024}), (CORPUS / "good" / "softmax_good.py").read_text()
+    )
     assert r.measured and r.compile_ms and r.eager_ms and r.cudagraph_ms
 
 
 @needs_cuda
 def test_speed_of_light_rejection_path() -> None:
-    job = Job(kind="time", task_path="", task_source=(CORPUS / "tasks" / "relu.py").read_text(), device="cuda",
-              candidate_source=(CORPUS / "good" / "relu_good.py").read_text(), options={"sol_scale": 1e6})
+    job = Job(
+        kind="time",
+        task_path="",
+        task_source=(CORPUS / "tasks" / "relu.py").read_text(),
+        device="cuda",
+        candidate_source=(CORPUS / "good" / "relu_good.py").read_text(),
+        options={"sol_scale": 1e6},
+    )
     res = run_job(job, timeout_s=240)
     assert res.ok and res.payload["measured"] is False
     assert res.payload["reason"].startswith("timing.speed_of_light:")

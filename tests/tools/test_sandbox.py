@@ -70,8 +70,10 @@ def test_env_allowlist_sets_home_and_interpreter(tmp_path: Path, monkeypatch: py
 def test_forged_result_without_nonce_is_refused(tmp_path: Path) -> None:
     # A fake "python" that writes a plausible success result without knowing the nonce.
     fake = tmp_path / "fakepy"
-    fake.write_text('#!/bin/sh\necho \'{"nonce": "guess", "result": {"kind": "check", "ok": true, '
-                    '"payload": {"accepted": true}}}\' > "$4"\n')
+    fake.write_text(
+        '#!/bin/sh\necho \'{"nonce": "guess", "result": {"kind": "check", "ok": true, '
+        '"payload": {"accepted": true}}}\' > "$4"\n'
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     res = run_job(Job(kind="check", task_path="", task_source=""), timeout_s=30, python=str(fake))
     assert not res.ok and res.error_kind == "no_result" and "nonce" in res.error

@@ -70,8 +70,12 @@ def test_compile_reports_registers_and_constants() -> None:
         ("import torch\n\ndef f(:\n    pass\n", "syntax", 3),
         ("import torch\nimport triton\nx = undefined_name + 1\n", "import", 3),
         ((CORPUS / "broken" / "triton_error.py").read_text(), "triton", 15),
-        ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-         "        return x\n", "no_kernel", None),
+        (
+            "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+            "        return x\n",
+            "no_kernel",
+            None,
+        ),
     ],
     ids=["syntax", "import", "triton", "no_kernel"],
 )
@@ -89,8 +93,9 @@ def test_time_on_cpu_is_not_measured() -> None:
 
 
 def _timing(ms: float, noise: float, measured: bool = True) -> TimingReport:
-    return TimingReport(measured=measured, candidate_ms=ms, noise=noise, eager_ms=1.0,
-                        env=Environment(gpu="NVIDIA H200"))
+    return TimingReport(
+        measured=measured, candidate_ms=ms, noise=noise, eager_ms=1.0, env=Environment(gpu="NVIDIA H200")
+    )
 
 
 def test_beats_requires_margin_beyond_noise() -> None:
@@ -101,13 +106,23 @@ def test_beats_requires_margin_beyond_noise() -> None:
 
 
 def _desc(flops: float, nbytes: float) -> TaskDescription:
-    return TaskDescription(name="t", source="", inputs=[TensorInfo(shape=[1024], dtype="float32")],
-                           outputs=[TensorInfo(shape=[1024], dtype="float32")], flops=flops, bytes_moved=nbytes)
+    return TaskDescription(
+        name="t",
+        source="",
+        inputs=[TensorInfo(shape=[1024], dtype="float32")],
+        outputs=[TensorInfo(shape=[1024], dtype="float32")],
+        flops=flops,
+        bytes_moved=nbytes,
+    )
 
 
 def test_profile_classifies_memory_compute_latency() -> None:
-    comp = CompileReport(ok=True, kernels=[KernelCompileInfo(name="k", num_warps=4, num_stages=2, registers=40,
-                                                             spills=16, shared_bytes=0)])
+    comp = CompileReport(
+        ok=True,
+        kernels=[
+            KernelCompileInfo(name="k", num_warps=4, num_stages=2, registers=40, spills=16, shared_bytes=0)
+        ],
+    )
     mem = TB.profile(_desc(1e9, 4.3e9), _timing(2.0, 0.01), comp)
     assert mem.bottleneck == "memory" and mem.achieved_gbps == pytest.approx(2150, rel=1e-3)
     assert mem.roofline_fraction == pytest.approx(0.5, rel=1e-3)
@@ -132,7 +147,14 @@ def test_check_command_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -
     assert "REJECTED" in text and "inputs.mutated:" in text and "policy mixed" in text
     assert check_command(t, str(CORPUS / "nope.py"), device="cpu") == 2
     assert "not found" in capsys.readouterr().err
-    assert check_command(str(CORPUS / "tasks" / "bad_no_inputs.py"), str(CORPUS / "good" / "relu_good.py"),
-                         device="cpu", as_json=True) == 2
+    assert (
+        check_command(
+            str(CORPUS / "tasks" / "bad_no_inputs.py"),
+            str(CORPUS / "good" / "relu_good.py"),
+            device="cpu",
+            as_json=True,
+        )
+        == 2
+    )
     bad = json.loads(capsys.readouterr().out)
     assert bad["accepted"] is False and "get_inputs" in bad["reasons"][0]

@@ -43,8 +43,13 @@ def main() -> int:
     except Exception as e:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        result = {**base, "ok": False, "error_kind": "internal",
-                  "error": f"{type(e).__name__}: {str(e)[:500]}", "stderr_tail": tb[-4000:]}
+        result = {
+            **base,
+            "ok": False,
+            "error_kind": "internal",
+            "error": f"{type(e).__name__}: {str(e)[:500]}",
+            "stderr_tail": tb[-4000:],
+        }
     result["seconds"] = time.monotonic() - t0
     _write(result_path, nonce, result)
     sys.stdout.flush()
@@ -97,8 +102,11 @@ def _selftest(job) -> dict:
     if what == "env":
         import torch
 
-        return {"cuda": bool(torch.cuda.is_available()), "env_keys": sorted(os.environ),
-                "torch": torch.__version__}
+        return {
+            "cuda": bool(torch.cuda.is_available()),
+            "env_keys": sorted(os.environ),
+            "torch": torch.__version__,
+        }
     if what == "fault":
         # Used by the sandbox tests to prove containment; never reached from a candidate.
         kind = job.options.get("fault")

@@ -79,7 +79,9 @@ def copy_weights(ref: torch.nn.Module, cand: torch.nn.Module) -> None:
     if set(rsd) == set(csd):
         for k in rsd:
             if rsd[k].shape != csd[k].shape:
-                raise Rejected(f"weights.mismatch: `{k}` has shape {list(csd[k].shape)}, reference {list(rsd[k].shape)}")
+                raise Rejected(
+                    f"weights.mismatch: `{k}` has shape {list(csd[k].shape)}, reference {list(rsd[k].shape)}"
+                )
         cand.load_state_dict(rsd)
         return
     # Same structure under other names: match in order when every shape agrees.
@@ -89,8 +91,10 @@ def copy_weights(ref: torch.nn.Module, cand: torch.nn.Module) -> None:
         return
     missing = sorted(set(rsd) - set(csd))[:4]
     extra = sorted(set(csd) - set(rsd))[:4]
-    raise Rejected(f"weights.mismatch: ModelNew's state_dict does not match the reference (missing {missing}, "
-                   f"unexpected {extra})")
+    raise Rejected(
+        f"weights.mismatch: ModelNew's state_dict does not match the reference (missing {missing}, "
+        f"unexpected {extra})"
+    )
 
 
 def tolerance_for(dtype: torch.dtype, tolerance: float | None) -> tuple[float, float, bool]:
@@ -101,20 +105,35 @@ def tolerance_for(dtype: torch.dtype, tolerance: float | None) -> tuple[float, f
     return atol, rtol, False
 
 
-def compare(trial: str, i: int, c: Any, r64: torch.Tensor, rn: torch.Tensor, tolerance: float | None,
-            stats: dict[str, Any]) -> None:
+def compare(
+    trial: str,
+    i: int,
+    c: Any,
+    r64: torch.Tensor,
+    rn: torch.Tensor,
+    tolerance: float | None,
+    stats: dict[str, Any],
+) -> None:
     if type(c) is not torch.Tensor:
-        raise Rejected(f"output.type: trial {trial} output {i} is {type(c).__module__}.{type(c).__name__}, "
-                       "expected exactly torch.Tensor")
+        raise Rejected(
+            f"output.type: trial {trial} output {i} is {type(c).__module__}.{type(c).__name__}, "
+            "expected exactly torch.Tensor"
+        )
     if tuple(c.shape) != tuple(rn.shape):
-        raise Rejected(f"output.shape: trial {trial} output {i} has shape {list(c.shape)}, expected {list(rn.shape)}")
+        raise Rejected(
+            f"output.shape: trial {trial} output {i} has shape {list(c.shape)}, expected {list(rn.shape)}"
+        )
     if c.dtype != rn.dtype:
-        raise Rejected(f"output.dtype: trial {trial} output {i} is {dtype_name(c.dtype)}, expected {dtype_name(rn.dtype)}")
+        raise Rejected(
+            f"output.dtype: trial {trial} output {i} is {dtype_name(c.dtype)}, expected {dtype_name(rn.dtype)}"
+        )
     if c.device.type != rn.device.type:
         raise Rejected(f"output.type: trial {trial} output {i} is on {c.device}, expected {rn.device}")
     if not rn.is_floating_point():
         if not torch.equal(c, rn):
-            raise Rejected(f"mismatch: trial {trial} output {i} ({dtype_name(c.dtype)}) differs from the reference")
+            raise Rejected(
+                f"mismatch: trial {trial} output {i} ({dtype_name(c.dtype)}) differs from the reference"
+            )
         stats["max_abs"] = max(stats["max_abs"], 0.0)
         return
     c64 = c.detach().double()
@@ -122,8 +141,10 @@ def compare(trial: str, i: int, c: Any, r64: torch.Tensor, rn: torch.Tensor, tol
     rn64 = rn.detach().double()
     if not torch.equal(torch.isnan(c64), torch.isnan(r64)):
         n_bad = int((torch.isnan(c64) != torch.isnan(r64)).sum())
-        raise Rejected(f"nan_parity: trial {trial} output {i}: {n_bad} element(s) NaN in one of candidate/reference "
-                       "only (unwritten output memory is poisoned with NaN)")
+        raise Rejected(
+            f"nan_parity: trial {trial} output {i}: {n_bad} element(s) NaN in one of candidate/reference "
+            "only (unwritten output memory is poisoned with NaN)"
+        )
     cinf, rinf = torch.isinf(c64), torch.isinf(r64)
     # Where PyTorch's own result in the task's dtype overflowed to Inf but float64 did not, the
     # candidate can be no more accurate than PyTorch: it must give the same Inf. Those elements
@@ -131,8 +152,10 @@ def compare(trial: str, i: int, c: Any, r64: torch.Tensor, rn: torch.Tensor, tol
     overflow = torch.isinf(rn64) & ~rinf
     bad_inf = (rinf & (c64 != r64)) | (overflow & (c64 != rn64)) | (cinf & ~rinf & ~overflow)
     if bool(bad_inf.any()):
-        raise Rejected(f"nan_parity: trial {trial} output {i}: {int(bad_inf.sum())} element(s) with Inf positions "
-                       "or signs that differ from the reference")
+        raise Rejected(
+            f"nan_parity: trial {trial} output {i}: {int(bad_inf.sum())} element(s) with Inf positions "
+            "or signs that differ from the reference"
+        )
     if bool(overflow.any()):
         note = "some reference elements overflow to Inf in the task's dtype; the candidate matched them"
         if note not in stats["notes"]:
@@ -162,17 +185,21 @@ def compare(trial: str, i: int, c: Any, r64: torch.Tensor, rn: torch.Tensor, tol
     bad = err > allowed
     if bool(bad.any()):
         idx = int(bad.nonzero()[0, 0])
-        raise Rejected(f"mismatch: trial {trial} output {i}: {int(bad.sum())}/{err.numel()} elements out of "
-                       f"tolerance; max_abs_err {max_abs:.3g} (allowed {bar:.3g} + {rtol:g}*|ref|; reference's own "
-                       f"{dtype_name(rn.dtype)} error {ref_err:.3g}); first bad element {idx}: "
-                       f"{float(c64[finite][idx]):.6g} vs {float(r64[finite][idx]):.6g}")
+        raise Rejected(
+            f"mismatch: trial {trial} output {i}: {int(bad.sum())}/{err.numel()} elements out of "
+            f"tolerance; max_abs_err {max_abs:.3g} (allowed {bar:.3g} + {rtol:g}*|ref|; reference's own "
+            f"{dtype_name(rn.dtype)} error {ref_err:.3g}); first bad element {idx}: "
+            f"{float(c64[finite][idx]):.6g} vs {float(r64[finite][idx]):.6g}"
+        )
 
 
 def _inputs_equal(a: list[Any], b: list[Any]) -> bool:
     for x, y in zip(a, b, strict=False):
         if isinstance(x, torch.Tensor):
-            if x.shape != y.shape or not torch.equal(torch.nan_to_num(x.double() if x.is_floating_point() else x),
-                                                     torch.nan_to_num(y.double() if y.is_floating_point() else y)):
+            if x.shape != y.shape or not torch.equal(
+                torch.nan_to_num(x.double() if x.is_floating_point() else x),
+                torch.nan_to_num(y.double() if y.is_floating_point() else y),
+            ):
                 return False
     return True
 
@@ -199,8 +226,15 @@ class Checker:
         self.job = job
         self.device = job.device
         self.tolerance = job.options.get("tolerance")
-        self.stats: dict[str, Any] = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False,
-                                      "notes": [], "atol": None, "rtol": None}
+        self.stats: dict[str, Any] = {
+            "max_abs": 0.0,
+            "max_rel": 0.0,
+            "ref_err": 0.0,
+            "widened": False,
+            "notes": [],
+            "atol": None,
+            "rtol": None,
+        }
         self.cand_ops: list[str] = []
         self.ref_ops: list[str] = []
         self.shapes: list[dict[str, Any]] = []
@@ -243,7 +277,9 @@ class Checker:
             except Exception as e:
                 line = line_in(e, "egg_candidate_")
                 where = f" (candidate line {line})" if line else ""
-                raise Rejected(f"run.error: trial {trial}: ModelNew.forward raised {one_line(e)}{where}") from None
+                raise Rejected(
+                    f"run.error: trial {trial}: ModelNew.forward raised {one_line(e)}{where}"
+                ) from None
         self.cand_ops.extend(rec.ops)
         own = log.count(self.cand_mod.__name__)
         return as_outputs(out), own
@@ -266,16 +302,23 @@ class Checker:
         outs, own = self.run_candidate(cand, cand_in, name)
         self.launches.append(own)
         if own == 0:
-            raise Rejected(f"runtime.no_launch: trial {name}: ModelNew.forward launched none of the candidate's own "
-                           "Triton kernels")
+            raise Rejected(
+                f"runtime.no_launch: trial {name}: ModelNew.forward launched none of the candidate's own "
+                "Triton kernels"
+            )
         if len(outs) != len(full):
             raise Rejected(f"output.count: trial {name}: {len(outs)} output(s), expected {len(full)}")
         for i, (c, r64, rn) in enumerate(zip(outs, full, ref_native, strict=False)):
             compare(name, i, c, r64, rn, self.tolerance, self.stats)
         if not _inputs_equal(cand_in, pristine):
             raise Rejected(f"inputs.mutated: trial {name}: ModelNew.forward modified its inputs in place")
-        self.shapes.append({"trial": name, "sizes": dict(task.sizes),
-                            "inputs": [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]})
+        self.shapes.append(
+            {
+                "trial": name,
+                "sizes": dict(task.sizes),
+                "inputs": [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)],
+            }
+        )
 
     def stale(self, task: LoadedTask, seeds: list[int]) -> None:
         """Repeated calls on one instance: new tensors, then the first tensors refilled in place."""
@@ -283,7 +326,11 @@ class Checker:
         a = to_device(task.inputs(seeds[0]), self.device)
         b = to_device(task.inputs(seeds[1]), self.device)
         fresh = to_device(task.inputs(seeds[2]), self.device)
-        plan = [("call 1", a, None), ("call 2 (new tensors)", b, None), ("call 3 (same tensors, new values)", a, fresh)]
+        plan = [
+            ("call 1", a, None),
+            ("call 2 (new tensors)", b, None),
+            ("call 3 (same tensors, new values)", a, fresh),
+        ]
         for label, xs, refill in plan:
             if refill is not None:
                 for x, y in zip(xs, refill, strict=False):
@@ -295,23 +342,30 @@ class Checker:
                 for i, (c, r64) in enumerate(zip(outs, full, strict=False)):
                     compare(f"stale/{label}", i, c, r64, native[i], self.tolerance, self.stats)
             except Rejected as r:
-                raise Rejected("runtime.stale: repeated calls return wrong results for fresh inputs ("
-                               + r.reason + ")") from None
+                raise Rejected(
+                    "runtime.stale: repeated calls return wrong results for fresh inputs (" + r.reason + ")"
+                ) from None
 
     def policy(self) -> tuple[list[str], list[str]]:
         reasons: list[str] = []
         cats = categorize(self.cand_ops)
         ref_cats = categorize(self.ref_ops)
         if cats["compute"]:
-            reasons.append(f"policy.torch_compute: ModelNew.forward computes {', '.join(cats['compute'])} in PyTorch "
-                           f"(policy {self.job.policy}: elementwise/reduction/normalization ops must be in Triton)")
+            reasons.append(
+                f"policy.torch_compute: ModelNew.forward computes {', '.join(cats['compute'])} in PyTorch "
+                f"(policy {self.job.policy}: elementwise/reduction/normalization ops must be in Triton)"
+            )
         delegated = [op for op in cats["library"] if op in DELEGABLE]
         if delegated and self.job.policy == "strict":
-            reasons.append(f"policy.torch_compute: ModelNew.forward delegates {', '.join(delegated)} to PyTorch "
-                           "(policy strict: every arithmetic op must be in Triton)")
+            reasons.append(
+                f"policy.torch_compute: ModelNew.forward delegates {', '.join(delegated)} to PyTorch "
+                "(policy strict: every arithmetic op must be in Triton)"
+            )
         elif delegated and not ref_cats["compute"]:
-            reasons.append(f"policy.single_op: the task is only library op(s) ({', '.join(ref_cats['library'])}); "
-                           f"delegating {', '.join(delegated)} to PyTorch leaves nothing for Triton")
+            reasons.append(
+                f"policy.single_op: the task is only library op(s) ({', '.join(ref_cats['library'])}); "
+                f"delegating {', '.join(delegated)} to PyTorch leaves nothing for Triton"
+            )
         return reasons, delegated
 
 
@@ -337,8 +391,15 @@ def second_shape(task_source: str, sizes: dict[str, int], device: str, init_ok) 
 
 def run_check(job) -> dict[str, Any]:
     t0 = time.monotonic()
-    base: dict[str, Any] = {"policy": job.policy, "device": job.device, "tolerance": {}, "delegated_ops": [],
-                            "shapes_checked": [], "degenerate": [], "trials": 0}
+    base: dict[str, Any] = {
+        "policy": job.policy,
+        "device": job.device,
+        "tolerance": {},
+        "delegated_ops": [],
+        "shapes_checked": [],
+        "degenerate": [],
+        "trials": 0,
+    }
     static = static_findings(job.candidate_source or "")
     if static:
         return {**base, "accepted": False, "reasons": static, "seconds": time.monotonic() - t0}
@@ -348,7 +409,12 @@ def run_check(job) -> dict[str, Any]:
         ck.cand_mod = load_candidate(job.candidate_source or "")
     except CandidateLoadError as e:
         where = f" (line {e.line})" if e.line else ""
-        return {**base, "accepted": False, "reasons": [f"load.error: {e}{where}"], "seconds": time.monotonic() - t0}
+        return {
+            **base,
+            "accepted": False,
+            "reasons": [f"load.error: {e}{where}"],
+            "seconds": time.monotonic() - t0,
+        }
 
     n_trials = int(job.options.get("trials", 3))
     seeds = [secrets.randbits(31) for _ in range(n_trials + 5)]
@@ -372,14 +438,15 @@ def run_check(job) -> dict[str, Any]:
             except Exception:
                 return False
 
-        sizes2 = second_shape(job.task_source, {**int_constants(job.task_source), **dict(job.size_overrides)},
-                              job.device, runs)
+        sizes2 = second_shape(
+            job.task_source, {**int_constants(job.task_source), **dict(job.size_overrides)}, job.device, runs
+        )
         if sizes2 is not None:
             ck.trial(load_task(job.task_source, sizes2), "second-shape", seeds[n_trials + 1])
             trials_done += 1
         else:
             ck.stats["notes"].append("second shape skipped: no size constant could be changed")
-        ck.stale(task, seeds[n_trials + 2:n_trials + 5])
+        ck.stale(task, seeds[n_trials + 2 : n_trials + 5])
     except Rejected as r:
         reasons.append(r.reason)
     pol, delegated = ck.policy()
@@ -389,14 +456,27 @@ def run_check(job) -> dict[str, Any]:
     try:
         t_ref = task.module.Model(*task.init_args()).to(job.device).eval()
         with torch.no_grad():
-            deg = degenerate_flags([o for o in as_outputs(t_ref(*to_device(task.inputs(seeds[-1]), job.device)))
-                                    if isinstance(o, torch.Tensor)])
+            deg = degenerate_flags(
+                [
+                    o
+                    for o in as_outputs(t_ref(*to_device(task.inputs(seeds[-1]), job.device)))
+                    if isinstance(o, torch.Tensor)
+                ]
+            )
     except Exception:
         deg = []
     deg += ck.stats["notes"]
     atol = ck.stats["atol"]
-    tol = {"atol": atol, "rtol": ck.stats["rtol"], "ref_err_mult": REF_ERR_MULT,
-           "reference_err": ck.stats["ref_err"]} if atol is not None else {}
+    tol = (
+        {
+            "atol": atol,
+            "rtol": ck.stats["rtol"],
+            "ref_err_mult": REF_ERR_MULT,
+            "reference_err": ck.stats["ref_err"],
+        }
+        if atol is not None
+        else {}
+    )
     return {
         **base,
         "accepted": not reasons,

@@ -68,10 +68,22 @@ def apply_overrides(source: str, overrides: dict[str, int]) -> str:
     # Replace literal spans bottom-up so earlier offsets stay valid; keeps line numbers intact.
     edits = []
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id in overrides):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in overrides
+        ):
             v = node.value
-            edits.append((v.lineno, v.col_offset, v.end_lineno, v.end_col_offset, str(int(overrides[node.targets[0].id]))))
+            edits.append(
+                (
+                    v.lineno,
+                    v.col_offset,
+                    v.end_lineno,
+                    v.end_col_offset,
+                    str(int(overrides[node.targets[0].id])),
+                )
+            )
     for l0, c0, l1, c1, text in sorted(edits, reverse=True):
         if l0 != l1:
             raise BadTask("multi-line size constant cannot be overridden")
@@ -145,7 +157,9 @@ def load_task(source: str, overrides: dict[str, int]) -> LoadedTask:
         raise BadTask(f"task file failed to import: {one_line(e)}") from None
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(mod, name):
-            raise BadTask(f"task file defines no `{name}` (KernelBench format needs Model, get_inputs, get_init_inputs)")
+            raise BadTask(
+                f"task file defines no `{name}` (KernelBench format needs Model, get_inputs, get_init_inputs)"
+            )
     if not (isinstance(mod.Model, type) and issubclass(mod.Model, torch.nn.Module)):
         raise BadTask("`Model` is not a torch.nn.Module subclass")
     sizes = int_constants(src)
@@ -165,8 +179,10 @@ def clone_inputs(xs: list[Any]) -> list[Any]:
 
 
 def upcast(xs: list[Any]) -> list[Any]:
-    return [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in xs]
+    return [
+        x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+        for x in xs
+    ]
 
 
 def as_outputs(out: Any) -> list[Any]:
@@ -231,9 +247,16 @@ def _install_hooks() -> None:
             if warmup or not logs:
                 return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
             for log in logs:
-                log.launches.append(Launch(self, getattr(self.fn, "__name__", "?"), _kernel_module(self),
-                                           args if log.record_args else (),
-                                           dict(kwargs) if log.record_args else {}, grid))
+                log.launches.append(
+                    Launch(
+                        self,
+                        getattr(self.fn, "__name__", "?"),
+                        _kernel_module(self),
+                        args if log.record_args else (),
+                        dict(kwargs) if log.record_args else {},
+                        grid,
+                    )
+                )
                 log.depth += 1
             try:
                 return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -268,22 +291,114 @@ def in_kernel_launch() -> bool:
 # ---------------------------------------------------------------------------------------------
 
 # aten ops that only allocate, view, copy or describe tensors: allowed under both policies.
-_ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-          "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_",
-          "scalar_tensor", "lift_fresh", "lift_fresh_copy", "_local_scalar_dense", "arange", "resize_"}
-_VIEW = {"view", "_unsafe_view", "reshape", "_reshape_alias", "permute", "transpose", "t", "expand",
-         "unsqueeze", "squeeze", "slice", "select", "as_strided", "alias", "detach", "split", "split_with_sizes",
-         "chunk", "unbind", "narrow", "flatten", "unflatten", "view_as", "expand_as", "movedim", "unfold",
-         "contiguous", "clone", "copy_", "_to_copy", "to", "_copy_from", "_copy_from_and_resize",
-         "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "is_nonzero",
-         "set_", "stride", "size", "dim", "numel", "_has_compatible_shallow_copy_type", "record_stream"}
+_ALLOC = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "zeros",
+    "zeros_like",
+    "new_zeros",
+    "ones",
+    "ones_like",
+    "new_ones",
+    "full",
+    "full_like",
+    "new_full",
+    "fill_",
+    "zero_",
+    "scalar_tensor",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "_local_scalar_dense",
+    "arange",
+    "resize_",
+}
+_VIEW = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "_reshape_alias",
+    "permute",
+    "transpose",
+    "t",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "as_strided",
+    "alias",
+    "detach",
+    "split",
+    "split_with_sizes",
+    "chunk",
+    "unbind",
+    "narrow",
+    "flatten",
+    "unflatten",
+    "view_as",
+    "expand_as",
+    "movedim",
+    "unfold",
+    "contiguous",
+    "clone",
+    "copy_",
+    "_to_copy",
+    "to",
+    "_copy_from",
+    "_copy_from_and_resize",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_same_size",
+    "is_nonzero",
+    "set_",
+    "stride",
+    "size",
+    "dim",
+    "numel",
+    "_has_compatible_shallow_copy_type",
+    "record_stream",
+}
 # Library ops a `mixed` candidate may leave in PyTorch (matmul/linear/convolution families).
-DELEGABLE = {"mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
-             "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-             "cudnn_convolution", "cudnn_convolution_transpose", "mkldnn_convolution", "_mkl_linear",
-             "einsum", "dot", "mv", "addmv", "_addmm_activation", "_convolution_mode",
-             "slow_conv2d_forward", "slow_conv3d_forward", "slow_conv_transpose2d", "slow_conv_transpose3d",
-             "_slow_conv2d_forward", "convolution_overrideable", "thnn_conv2d", "_nnpack_spatial_convolution"}
+DELEGABLE = {
+    "mm",
+    "bmm",
+    "addmm",
+    "addbmm",
+    "baddbmm",
+    "matmul",
+    "linear",
+    "convolution",
+    "_convolution",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "cudnn_convolution",
+    "cudnn_convolution_transpose",
+    "mkldnn_convolution",
+    "_mkl_linear",
+    "einsum",
+    "dot",
+    "mv",
+    "addmv",
+    "_addmm_activation",
+    "_convolution_mode",
+    "slow_conv2d_forward",
+    "slow_conv3d_forward",
+    "slow_conv_transpose2d",
+    "slow_conv_transpose3d",
+    "_slow_conv2d_forward",
+    "convolution_overrideable",
+    "thnn_conv2d",
+    "_nnpack_spatial_convolution",
+}
 
 
 def op_base(func: Any) -> str:

@@ -21,11 +21,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
-                   "launch_pdl", "debug")
-_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int32": "i32",
-           "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1", "float8_e4m3fn": "fp8e4nv",
-           "float8_e5m2": "fp8e5"}
+_LAUNCH_OPTIONS = (
+    "num_warps",
+    "num_stages",
+    "num_ctas",
+    "maxnreg",
+    "enable_fp_fusion",
+    "launch_cooperative_grid",
+    "launch_pdl",
+    "debug",
+)
+_DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "int32": "i32",
+    "int64": "i64",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "i1",
+    "float8_e4m3fn": "fp8e4nv",
+    "float8_e5m2": "fp8e5",
+}
 
 
 def _is_constexpr(param: inspect.Parameter) -> bool:
@@ -56,7 +75,9 @@ def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         v = bound.arguments.get(name)
         if _is_constexpr(param):
             signature[name] = "constexpr"
-            constexprs[name] = _jsonable(v.value if hasattr(v, "value") and not isinstance(v, torch.Tensor) else v)
+            constexprs[name] = _jsonable(
+                v.value if hasattr(v, "value") and not isinstance(v, torch.Tensor) else v
+            )
         elif isinstance(v, torch.Tensor):
             signature[name] = "*" + _DTYPES.get(str(v.dtype).replace("torch.", ""), "fp32")
         elif isinstance(v, bool):
@@ -71,8 +92,13 @@ def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         else:
             signature[name] = "constexpr"
             constexprs[name] = _jsonable(v)
-    return {"name": fn.__name__, "signature": signature, "constexprs": constexprs,
-            "num_warps": int(opts.get("num_warps", 4)), "num_stages": int(opts.get("num_stages", 3))}
+    return {
+        "name": fn.__name__,
+        "signature": signature,
+        "constexprs": constexprs,
+        "num_warps": int(opts.get("num_warps", 4)),
+        "num_stages": int(opts.get("num_stages", 3)),
+    }
 
 
 def _def_lines(source: str) -> dict[str, int]:
@@ -92,8 +118,12 @@ def _ptxas_info(ptx: str) -> tuple[int | None, int | None]:
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "k.ptx"
         p.write_text(ptx)
-        r = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(p), "-o", str(Path(d) / "k.cubin")],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [str(ptxas), "-v", "--gpu-name", "sm_90a", str(p), "-o", str(Path(d) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     text = r.stdout + r.stderr
     regs = re.search(r"Used (\d+) registers", text)
     spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", text)
@@ -113,12 +143,20 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
         while obj is not None and not isinstance(obj, triton.runtime.jit.JITFunction) and hasattr(obj, "fn"):
             obj = obj.fn
         if obj is None or not isinstance(obj, triton.runtime.jit.JITFunction):
-            return {"ok": False, "error_kind": "no_kernel", "error": f"kernel `{spec['name']}` is not a module-level "
-                    "@triton.jit function", "error_line": defs.get(spec["name"]), "kernels": kernels}
+            return {
+                "ok": False,
+                "error_kind": "no_kernel",
+                "error": f"kernel `{spec['name']}` is not a module-level @triton.jit function",
+                "error_line": defs.get(spec["name"]),
+                "kernels": kernels,
+            }
         src = ASTSource(fn=obj, signature=spec["signature"], constexprs=spec["constexprs"])
         try:
-            k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                               options={"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]})
+            k = triton.compile(
+                src,
+                target=GPUTarget("cuda", 90, 32),
+                options={"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]},
+            )
         except Exception as e:
             line = None
             node = getattr(e, "node", None)
@@ -126,12 +164,25 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
                 line = defs[spec["name"]] + node.lineno - 1
             msg = str(getattr(e, "error_message", None) or e).strip().splitlines()
             first = next((m for m in msg if m.strip()), type(e).__name__)
-            return {"ok": False, "error_kind": "triton", "error_line": line,
-                    "error": f"{spec['name']}: {type(e).__name__}: {first}"[:600], "kernels": kernels}
+            return {
+                "ok": False,
+                "error_kind": "triton",
+                "error_line": line,
+                "error": f"{spec['name']}: {type(e).__name__}: {first}"[:600],
+                "kernels": kernels,
+            }
         regs, spills = _ptxas_info(k.asm["ptx"])
-        kernels.append({"name": spec["name"], "num_warps": spec["num_warps"], "num_stages": spec["num_stages"],
-                        "registers": regs, "spills": spills, "shared_bytes": int(k.metadata.shared),
-                        "constants": spec["constexprs"]})
+        kernels.append(
+            {
+                "name": spec["name"],
+                "num_warps": spec["num_warps"],
+                "num_stages": spec["num_stages"],
+                "registers": regs,
+                "spills": spills,
+                "shared_bytes": int(k.metadata.shared),
+                "constants": spec["constexprs"],
+            }
+        )
     return {"ok": True, "kernels": kernels}
 
 
@@ -146,14 +197,24 @@ def run_compile(job) -> dict[str, Any]:
     try:
         ast.parse(source)
     except SyntaxError as e:
-        return {"ok": False, "error_kind": "syntax", "error": f"SyntaxError: {e.msg}", "error_line": e.lineno,
-                "seconds": time.monotonic() - t0}
+        return {
+            "ok": False,
+            "error_kind": "syntax",
+            "error": f"SyntaxError: {e.msg}",
+            "error_line": e.lineno,
+            "seconds": time.monotonic() - t0,
+        }
     task = load_task(job.task_source, dict(job.size_overrides))
     try:
         mod = load_candidate(source)
     except CandidateLoadError as e:
-        return {"ok": False, "error_kind": e.kind, "error": str(e), "error_line": e.line,
-                "seconds": time.monotonic() - t0}
+        return {
+            "ok": False,
+            "error_kind": e.kind,
+            "error": str(e),
+            "error_line": e.line,
+            "seconds": time.monotonic() - t0,
+        }
     launches: list[Any] = []
     try:
         init = task.init_args()
@@ -168,18 +229,27 @@ def run_compile(job) -> dict[str, Any]:
         recorded = [x for x in launches if x.module == mod.__name__]
         if from_triton and recorded:
             # The failing launch was recorded before it ran: the real compiler gives the precise error.
-            res = _compile_specs(source, mod, [launch_signature(x.kernel, x.args, x.kwargs) for x in recorded[-1:]],
-                                 job)
+            res = _compile_specs(
+                source, mod, [launch_signature(x.kernel, x.args, x.kwargs) for x in recorded[-1:]], job
+            )
             if not res.get("ok"):
                 res["seconds"] = time.monotonic() - t0
                 return res
-        return {"ok": False, "error_kind": "triton" if from_triton else "crash",
-                "error": f"ModelNew.forward raised while recording kernel launches: {one_line(e)}",
-                "error_line": line_in(e, "egg_candidate_"), "seconds": time.monotonic() - t0}
+        return {
+            "ok": False,
+            "error_kind": "triton" if from_triton else "crash",
+            "error": f"ModelNew.forward raised while recording kernel launches: {one_line(e)}",
+            "error_line": line_in(e, "egg_candidate_"),
+            "seconds": time.monotonic() - t0,
+        }
     own = [x for x in launches if x.module == mod.__name__]
     if not own:
-        return {"ok": False, "error_kind": "no_kernel", "error": "ModelNew.forward launched no @triton.jit kernel "
-                "of the candidate", "seconds": time.monotonic() - t0}
+        return {
+            "ok": False,
+            "error_kind": "no_kernel",
+            "error": "ModelNew.forward launched no @triton.jit kernel of the candidate",
+            "seconds": time.monotonic() - t0,
+        }
     specs: list[dict[str, Any]] = []
     seen: set[str] = set()
     for launch in own:
@@ -206,14 +276,24 @@ def _compile_in_child(source: str, specs: list[dict[str, Any]], timeout_s: float
     (d / "spec.json").write_text(json.dumps({"source": source, "specs": specs}))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     try:
-        r = subprocess.run([sys.executable, "-m", "tools.worker.compile_job", str(d / "spec.json"), str(d / "out.json")],
-                           env=env, cwd=str(d), capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run(
+            [sys.executable, "-m", "tools.worker.compile_job", str(d / "spec.json"), str(d / "out.json")],
+            env=env,
+            cwd=str(d),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         return {"ok": False, "error_kind": "timeout", "error": f"compilation exceeded {timeout_s:.0f}s"}
     out = d / "out.json"
     if not out.exists():
         tail = (r.stderr.strip().splitlines() or [""])[-1]
-        return {"ok": False, "error_kind": "crash", "error": f"compiler process exited with {r.returncode}: {tail[:300]}"}
+        return {
+            "ok": False,
+            "error_kind": "crash",
+            "error": f"compiler process exited with {r.returncode}: {tail[:300]}",
+        }
     return json.loads(out.read_text())
 
 

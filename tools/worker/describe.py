@@ -33,7 +33,9 @@ def _meta_run(task_source: str, overrides: dict[str, int]) -> tuple[list[Any], l
         return _meta_run_on(task_source, overrides, "cpu")
 
 
-def _meta_run_on(task_source: str, overrides: dict[str, int], device: str) -> tuple[list[Any], list[Any], float | None, Any]:
+def _meta_run_on(
+    task_source: str, overrides: dict[str, int], device: str
+) -> tuple[list[Any], list[Any], float | None, Any]:
     t = load_task(task_source, overrides)
     with torch.device(device):
         torch.manual_seed(0)
@@ -119,7 +121,9 @@ def degenerate_flags(outputs: list[torch.Tensor], atol: float = 1e-4) -> list[st
         if finite.numel() > 1 and float(finite.max() - finite.min()) == 0.0:
             flags.append(f"output {i} is constant ({float(finite.flatten()[0]):.4g})")
         elif float(finite.abs().max()) < 10 * atol:
-            flags.append(f"output {i} is tiny (max |x| {float(finite.abs().max()):.2e}) vs tolerance {atol:g}")
+            flags.append(
+                f"output {i} is tiny (max |x| {float(finite.abs().max()):.2e}) vs tolerance {atol:g}"
+            )
     return flags
 
 
@@ -134,7 +138,9 @@ def run_describe(job) -> dict[str, Any]:
     device = job.device
     overrides = dict(job.size_overrides)
     if job.options.get("shrink"):
-        overrides = choose_sizes(job.task_source, overrides, int(job.options.get("shrink_budget", SHRINK_BUDGET)))
+        overrides = choose_sizes(
+            job.task_source, overrides, int(job.options.get("shrink_budget", SHRINK_BUDGET))
+        )
     t = load_task(job.task_source, overrides)
     try:
         init = t.init_args()
@@ -160,9 +166,15 @@ def run_describe(job) -> dict[str, Any]:
     for o in outputs:
         if not isinstance(o, torch.Tensor):
             raise BadTask(f"Model.forward returned a {type(o).__name__}; expected tensors")
-    params = [{"name": k, "shape": list(v.shape), "dtype": dtype_name(v.dtype),
-               "is_buffer": k not in dict(model.named_parameters())}
-              for k, v in model.state_dict().items()]
+    params = [
+        {
+            "name": k,
+            "shape": list(v.shape),
+            "dtype": dtype_name(v.dtype),
+            "is_buffer": k not in dict(model.named_parameters()),
+        }
+        for k, v in model.state_dict().items()
+    ]
     init_json = [v if isinstance(v, (int, float, bool, str, type(None))) else repr(v) for v in init]
     op_graph: list[dict] = []
     capture_error: str | None = None
@@ -194,6 +206,7 @@ def run_describe(job) -> dict[str, Any]:
         "bytes_moved": bytes_and_flops(model, inputs, outputs),
         "degenerate": degenerate_flags(outputs),
         "device": device,
-        "total_elements": int(sum(numel_of(i["shape"]) for i in infos if "shape" in i)
-                              + sum(o.numel() for o in outputs)),
+        "total_elements": int(
+            sum(numel_of(i["shape"]) for i in infos if "shape" in i) + sum(o.numel() for o in outputs)
+        ),
     }

@@ -5,22 +5,81 @@ from __future__ import annotations
 
 import ast
 
-ALLOWED_IMPORTS = {"torch", "triton", "math", "typing", "__future__", "functools", "itertools", "operator",
-                   "dataclasses", "enum", "collections"}
+ALLOWED_IMPORTS = {
+    "torch",
+    "triton",
+    "math",
+    "typing",
+    "__future__",
+    "functools",
+    "itertools",
+    "operator",
+    "dataclasses",
+    "enum",
+    "collections",
+}
 # Host-side compute escapes both Triton and the PyTorch-op policy: not allowed in a candidate.
 _HOST_MODULES = {"numpy", "scipy", "numba", "cupy", "jax", "tensorflow"}
 _HOST_ATTRS = {"numpy", "tolist", "__array__", "__array_interface__", "__cuda_array_interface__"}
-_THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "subprocess", "asyncio", "signal",
-                   "queue"}
+_THREAD_MODULES = {
+    "threading",
+    "_thread",
+    "multiprocessing",
+    "concurrent",
+    "subprocess",
+    "asyncio",
+    "signal",
+    "queue",
+}
 _TIMER_MODULES = {"time", "timeit"}
-_ACCESS_MODULES = {"sys", "inspect", "gc", "importlib", "builtins", "os", "pathlib", "io", "pickle", "ctypes",
-                   "__main__", "runpy", "shutil", "tempfile", "glob", "linecache", "traceback"}
+_ACCESS_MODULES = {
+    "sys",
+    "inspect",
+    "gc",
+    "importlib",
+    "builtins",
+    "os",
+    "pathlib",
+    "io",
+    "pickle",
+    "ctypes",
+    "__main__",
+    "runpy",
+    "shutil",
+    "tempfile",
+    "glob",
+    "linecache",
+    "traceback",
+}
 _PATCHABLE_ROOTS = {"torch", "triton", "tl", "F", "nn", "time", "math", "np", "numpy", "builtins"}
 _STREAM_ATTRS = {"Stream", "stream", "set_stream", "ExternalStream", "StreamContext", "default_stream"}
-_TIMER_ATTRS = {"Event", "perf_counter", "perf_counter_ns", "do_bench", "do_bench_cudagraph", "elapsed_time",
-                "monotonic", "process_time"}
-_ACCESS_NAMES = {"globals", "locals", "vars", "__import__", "exec", "eval", "compile", "open", "getattr_static",
-                 "setattr", "delattr", "__builtins__", "breakpoint", "exit", "quit"}
+_TIMER_ATTRS = {
+    "Event",
+    "perf_counter",
+    "perf_counter_ns",
+    "do_bench",
+    "do_bench_cudagraph",
+    "elapsed_time",
+    "monotonic",
+    "process_time",
+}
+_ACCESS_NAMES = {
+    "globals",
+    "locals",
+    "vars",
+    "__import__",
+    "exec",
+    "eval",
+    "compile",
+    "open",
+    "getattr_static",
+    "setattr",
+    "delattr",
+    "__builtins__",
+    "breakpoint",
+    "exit",
+    "quit",
+}
 _CACHE_DECORATORS = {"lru_cache", "cache", "cached_property", "memoize"}
 _REFERENCE_NAMES = {"Model", "get_inputs", "get_init_inputs"}
 _MUTATORS = {"__setitem__", "setdefault", "update", "append", "add", "extend", "insert"}
@@ -74,15 +133,29 @@ def static_findings(source: str) -> list[str]:
             value = node.value
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             mutable = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
-                isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1]
-                in {"dict", "list", "set", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"})
+                isinstance(value, ast.Call)
+                and _dotted(value.func).split(".")[-1]
+                in {
+                    "dict",
+                    "list",
+                    "set",
+                    "OrderedDict",
+                    "defaultdict",
+                    "WeakKeyDictionary",
+                    "WeakValueDictionary",
+                }
+            )
             if mutable:
                 for t in targets:
                     if isinstance(t, ast.Name):
                         module_mutables.add(t.id)
     # Kernels may also be wrapped: `k = triton.jit(fn)`.
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_jit_decorator(node.value):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _is_jit_decorator(node.value)
+        ):
             for t in node.targets:
                 if isinstance(t, ast.Name):
                     kernels.add(t.id)
@@ -102,7 +175,11 @@ def static_findings(source: str) -> list[str]:
     for node in ast.walk(tree):
         if id(node) in jit_bodies:
             continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and _root_name(node.func.value) in kernels:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Subscript)
+            and _root_name(node.func.value) in kernels
+        ):
             launched = True
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -115,7 +192,11 @@ def static_findings(source: str) -> list[str]:
                 elif top in _HOST_MODULES:
                     add("static.host_compute", f"imports `{full}` (compute must run in Triton kernels)", node)
                 elif top in _ACCESS_MODULES:
-                    add("static.reference_access", f"imports `{full}` (introspection/file access is not allowed)", node)
+                    add(
+                        "static.reference_access",
+                        f"imports `{full}` (introspection/file access is not allowed)",
+                        node,
+                    )
                 elif top not in ALLOWED_IMPORTS:
                     add("static.forbidden_import", f"imports `{full}`", node)
                 if full.startswith("triton.testing"):
@@ -125,9 +206,17 @@ def static_findings(source: str) -> list[str]:
                     if a.name in _CACHE_DECORATORS:
                         add("static.cache", f"imports `{a.name}` (memoizing outputs is not allowed)", node)
                     if a.name in _TIMER_ATTRS or a.name in _STREAM_ATTRS:
-                        add("static.timer" if a.name in _TIMER_ATTRS else "static.stream", f"imports `{a.name}`", node)
+                        add(
+                            "static.timer" if a.name in _TIMER_ATTRS else "static.stream",
+                            f"imports `{a.name}`",
+                            node,
+                        )
         if isinstance(node, ast.Try) or (hasattr(ast, "TryStar") and isinstance(node, ast.TryStar)):
-            add("static.try_except", "try/except in the candidate (a fallback could hide a failing kernel)", node)
+            add(
+                "static.try_except",
+                "try/except in the candidate (a fallback could hide a failing kernel)",
+                node,
+            )
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node)
             root = dotted.split(".")[0]
@@ -135,8 +224,18 @@ def static_findings(source: str) -> list[str]:
                 add("static.stream", f"uses `{dotted}` (work on other streams is invisible to timing)", node)
             if node.attr in _TIMER_ATTRS and root in {"torch", "triton", "time"}:
                 add("static.timer", f"uses `{dotted}`", node)
-            if node.attr in {"modules", "_getframe", "f_back", "f_globals", "__globals__", "__subclasses__",
-                             "__dict__", "gi_frame", "__code__", "__closure__"}:
+            if node.attr in {
+                "modules",
+                "_getframe",
+                "f_back",
+                "f_globals",
+                "__globals__",
+                "__subclasses__",
+                "__dict__",
+                "gi_frame",
+                "__code__",
+                "__closure__",
+            }:
                 add("static.reference_access", f"uses `.{node.attr}` (introspection is not allowed)", node)
             if node.attr in _HOST_ATTRS:
                 add("static.host_compute", f"uses `.{node.attr}` (moving data to host Python/NumPy)", node)
@@ -144,21 +243,32 @@ def static_findings(source: str) -> list[str]:
                 add("static.threads", f"uses `{dotted}`", node)
         if isinstance(node, ast.Name):
             if node.id in _ACCESS_NAMES:
-                add("static.reference_access", f"uses `{node.id}` (dynamic code/attribute access is not allowed)", node)
+                add(
+                    "static.reference_access",
+                    f"uses `{node.id}` (dynamic code/attribute access is not allowed)",
+                    node,
+                )
             if node.id in _REFERENCE_NAMES and isinstance(node.ctx, ast.Load):
                 add("static.reference_access", f"refers to the reference's `{node.id}`", node)
             if node.id in _CACHE_DECORATORS:
                 add("static.cache", f"uses `{node.id}` (memoizing outputs is not allowed)", node)
         if isinstance(node, ast.Global) or isinstance(node, ast.Nonlocal):
-            add("static.cache", "`global`/`nonlocal` state in the candidate (results must not persist across calls)",
-                node)
+            add(
+                "static.cache",
+                "`global`/`nonlocal` state in the candidate (results must not persist across calls)",
+                node,
+            )
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for t in targets:
                 flat = t.elts if isinstance(t, ast.Tuple) else [t]
                 for x in flat:
                     if isinstance(x, ast.Attribute) and _root_name(x) in _PATCHABLE_ROOTS:
-                        add("static.monkey_patch", f"assigns `{_dotted(x)}` (patching torch/triton/time)", node)
+                        add(
+                            "static.monkey_patch",
+                            f"assigns `{_dotted(x)}` (patching torch/triton/time)",
+                            node,
+                        )
                     if isinstance(x, ast.Subscript) and _root_name(x) in module_mutables:
                         add("static.cache", f"writes into module-level container `{_root_name(x)}`", node)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -169,7 +279,10 @@ def static_findings(source: str) -> list[str]:
                 add("static.reference_access", "string refers to other modules", node)
 
     if kernels and not launched:
-        add("static.not_launched", "no @triton.jit kernel is launched (`kernel[grid](...)`) outside the kernels")
+        add(
+            "static.not_launched",
+            "no @triton.jit kernel is launched (`kernel[grid](...)`) outside the kernels",
+        )
     if model_new is not None:
         methods = {f.name for f in model_new.body if isinstance(f, ast.FunctionDef)}
         if "forward" not in methods:

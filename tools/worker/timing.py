@@ -42,9 +42,17 @@ def environment() -> dict[str, Any]:
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
         try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem",
-                                "--format=csv,noheader,nounits", f"--id={torch.cuda.current_device()}"],
-                               capture_output=True, text=True, timeout=20)
+            r = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=driver_version,clocks.sm,clocks.mem",
+                    "--format=csv,noheader,nounits",
+                    f"--id={torch.cuda.current_device()}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             drv, sm, mem = [s.strip() for s in r.stdout.strip().splitlines()[0].split(",")]
             env.update(driver=drv, sm_clock_mhz=int(float(sm)), mem_clock_mhz=int(float(mem)))
         except Exception:
@@ -56,8 +64,9 @@ class Bencher:
     def __init__(self, l2_bytes: int = 256 * 1024 * 1024) -> None:
         self.flush_buf = torch.empty(l2_bytes // 4, dtype=torch.int32, device="cuda")
 
-    def bench(self, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_reps: int = 10,
-              max_reps: int = 1000) -> dict[str, float]:
+    def bench(
+        self, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_reps: int = 10, max_reps: int = 1000
+    ) -> dict[str, float]:
         fn()
         torch.cuda.synchronize()
         # Estimate one call to size warm-up and repetitions.
@@ -81,7 +90,9 @@ class Bencher:
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        times = torch.tensor([a.elapsed_time(b) for a, b in zip(starts, ends, strict=False)], dtype=torch.float64)
+        times = torch.tensor(
+            [a.elapsed_time(b) for a, b in zip(starts, ends, strict=False)], dtype=torch.float64
+        )
         q = torch.quantile(times, torch.tensor([0.2, 0.5, 0.8], dtype=torch.float64))
         return {"p20": float(q[0]), "median": float(q[1]), "p80": float(q[2]), "reps": n_rep}
 
@@ -107,8 +118,11 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
 
     t0 = time.monotonic()
     if job.device != "cuda" or not torch.cuda.is_available():
-        return {"measured": False, "reason": "timing needs a CUDA GPU; not measured on CPU",
-                "seconds": time.monotonic() - t0}
+        return {
+            "measured": False,
+            "reason": "timing needs a CUDA GPU; not measured on CPU",
+            "seconds": time.monotonic() - t0,
+        }
     task = load_task(job.task_source, dict(job.size_overrides))
     init = task.init_args()
     torch.manual_seed(1234)
@@ -135,8 +149,12 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
             del first
             out["candidate_launches"] = log.count(mod.__name__)
             c = bench.bench(lambda: cand(*cin), **kw)
-            out.update(candidate_ms=c["median"], candidate_p20_ms=c["p20"], candidate_p80_ms=c["p80"],
-                       noise=(c["p80"] - c["p20"]) / c["median"] if c["median"] > 0 else None)
+            out.update(
+                candidate_ms=c["median"],
+                candidate_p20_ms=c["p20"],
+                candidate_p80_ms=c["p80"],
+                noise=(c["p80"] - c["p20"]) / c["median"] if c["median"] > 0 else None,
+            )
             # After the timed calls: fresh values in the same tensors must still give right answers.
             fresh = to_device(task.inputs(98765), "cuda")
             for x, y in zip(cin, fresh, strict=False):
@@ -146,12 +164,18 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
             want = as_outputs(ref(*clone_inputs(cin)))
             err1 = _rel_err(got, want)
             if not err1 <= max(4 * err0, 1e-3):
-                out.update(measured=False, reason="runtime.stale: outputs after the timed calls do not match the "
-                           "reference for fresh inputs (results cached or computed elsewhere): relative error "
-                           f"{err1:.3g} vs {err0:.3g} before timing")
+                out.update(
+                    measured=False,
+                    reason="runtime.stale: outputs after the timed calls do not match the "
+                    "reference for fresh inputs (results cached or computed elsewhere): relative error "
+                    f"{err1:.3g} vs {err0:.3g} before timing",
+                )
             if out["candidate_launches"] == 0 and out.get("measured", True):
-                out.update(measured=False, reason="runtime.no_launch: the timed forward launched none of the "
-                           "candidate's own Triton kernels")
+                out.update(
+                    measured=False,
+                    reason="runtime.no_launch: the timed forward launched none of the "
+                    "candidate's own Triton kernels",
+                )
         e = bench.bench(lambda: ref(*inputs), **kw)
         out["eager_ms"] = e["median"]
         out["eager_p20_ms"], out["eager_p80_ms"] = e["p20"], e["p80"]
@@ -184,12 +208,19 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
         flops = float(fc.get_total_flops())
         dt = str(ref_out[0].dtype).replace("torch.", "") if ref_out else "float32"
         # `sol_scale` exists only so a GPU test can drive this rejection path with a real kernel.
-        sol_ms = max(nbytes / SOL_BANDWIDTH, flops / SOL_FLOPS.get(dt, 1e15)) * 1e3 * float(opts.get("sol_scale", 1.0))
+        sol_ms = (
+            max(nbytes / SOL_BANDWIDTH, flops / SOL_FLOPS.get(dt, 1e15))
+            * 1e3
+            * float(opts.get("sol_scale", 1.0))
+        )
         out["sol_ms"] = sol_ms
         if out["candidate_ms"] < sol_ms:
-            out.update(measured=False, reason=f"timing.speed_of_light: candidate median {out['candidate_ms']:.4g} ms "
-                       f"is below the speed-of-light bound {sol_ms:.4g} ms ({nbytes:.3g} B read, {flops:.3g} FLOP): "
-                       "a measurement error, not a speedup")
+            out.update(
+                measured=False,
+                reason=f"timing.speed_of_light: candidate median {out['candidate_ms']:.4g} ms "
+                f"is below the speed-of-light bound {sol_ms:.4g} ms ({nbytes:.3g} B read, {flops:.3g} FLOP): "
+                "a measurement error, not a speedup",
+            )
     out.setdefault("measured", True)
     out["seconds"] = time.monotonic() - t0
     return out

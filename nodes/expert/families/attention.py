@@ -46,9 +46,14 @@ def match(view: GraphView) -> AttnPlan | None:
         if arg_value(n, 4, "dropout_p", 0.0) not in (0, 0.0):
             raise Unsupported("scaled_dot_product_attention with dropout")
         scale = arg_value(n, 6, "scale")
-        return AttnPlan(_operand(view, n.args[0]), _operand(view, n.args[1]), _operand(view, n.args[2]),
-                        None if scale is None else _const(scale), bool(arg_value(n, 5, "is_causal", False)),
-                        n.dtype or "float32")
+        return AttnPlan(
+            _operand(view, n.args[0]),
+            _operand(view, n.args[1]),
+            _operand(view, n.args[2]),
+            None if scale is None else _const(scale),
+            bool(arg_value(n, 5, "is_causal", False)),
+            n.dtype or "float32",
+        )
     mms = [n for n in nodes if n.op == "matmul"]
     sms = [n for n in nodes if n.op == "softmax"]
     if len(mms) != 2 or len(sms) != 1:
@@ -85,8 +90,9 @@ def match(view: GraphView) -> AttnPlan | None:
     head_dim = (q_node.shape or [0])[-1] if q_node is not None else 0
     if head_dim and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
         scale = None
-    return AttnPlan(_operand(view, s1.args[0]), k_expr, _operand(view, s2.args[1]), scale, False,
-                    s2.dtype or "float32")
+    return AttnPlan(
+        _operand(view, s1.args[0]), k_expr, _operand(view, s2.args[1]), scale, False, s2.dtype or "float32"
+    )
 
 
 def algorithms(plan: AttnPlan) -> list[str]:
@@ -113,7 +119,7 @@ def valid(plan: AttnPlan, params: dict[str, Any]) -> str | None:
 def _kernel(precision: str | None, causal: bool) -> str:
     prec = f', input_precision="{precision}"' if precision else ""
     causal_line = "        s = tl.where(rn[None, :] <= rm[:, None], s, -float('inf'))\n" if causal else ""
-    return f'''
+    return f"""
 @triton.jit
 def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, n_heads_total, scale,
                     s_qb, s_qm, s_qd, s_kb, s_kn, s_kd, s_vb, s_vn, s_vd, s_ob, s_om, s_od,
@@ -146,7 +152,7 @@ def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, n_heads_total, scal
     out = acc / l_i[:, None]
     tl.store(o_ptr + bh * s_ob + rm[:, None] * s_om + rdv[None, :] * s_od, out.to(o_ptr.dtype.element_ty),
              mask=(rm < M)[:, None] & (rdv < DV)[None, :])
-'''
+"""
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: AttnPlan, params: dict[str, Any]) -> str:
@@ -190,6 +196,13 @@ def launch_attention(q, k, v):
                           num_warps={warps}, num_stages={stages})
     return out
 '''
-    doc = f"EGG expert: attention family, algorithm {algo}" + (f", precision {precision}." if precision else ".")
-    return assemble(desc, _kernel(precision, plan.causal), launcher,
-                    f"return launch_attention({plan.q}, {plan.k}, {plan.v})", doc)
+    doc = f"EGG expert: attention family, algorithm {algo}" + (
+        f", precision {precision}." if precision else "."
+    )
+    return assemble(
+        desc,
+        _kernel(precision, plan.causal),
+        launcher,
+        f"return launch_attention({plan.q}, {plan.k}, {plan.v})",
+        doc,
+    )

@@ -65,7 +65,9 @@ def match(view: GraphView) -> BnPlan | None:
         if c.kind == "call_module":
             conv_call = f"self.{c.target}({conv_arg(view, c.args[0])})"
         elif c.target.startswith("torch."):
-            args = [conv_arg(view, a) for a in c.args] + [f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()]
+            args = [conv_arg(view, a) for a in c.args] + [
+                f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()
+            ]
             conv_call = f"{c.target}({', '.join(args)})"
         else:
             raise Unsupported(f"{c.op} called as {c.target}")
@@ -122,8 +124,14 @@ def _functional_stats(view: GraphView, bn: OpNode) -> dict[str, Any]:
     b = _tensor_arg(view, bn, 4, "bias")
     if (w is None) != (b is None):
         raise Unsupported("batch_norm with only one of weight / bias")
-    return {"weight": w, "bias": b, "eps": flit(eps), "use_batch": "True" if training else "False",
-            "running_mean": rm, "running_var": rv}
+    return {
+        "weight": w,
+        "bias": b,
+        "eps": flit(eps),
+        "use_batch": "True" if training else "False",
+        "running_mean": rm,
+        "running_var": rv,
+    }
 
 
 def algorithms(plan: BnPlan) -> list[str]:
@@ -142,7 +150,7 @@ def space(plan: BnPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
     return SPACES["elementwise"].get(stage, {})
 
 
-STATS = '''
+STATS = """
 @triton.jit
 def bn_partial_kernel(x_ptr, part_ptr, C, HW, total, chunk, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     c = tl.program_id(0).to(tl.int64)
@@ -185,7 +193,7 @@ def bn_running_kernel(rm_ptr, rv_ptr, mean_ptr, rstd_ptr, C, eps, BLOCK: tl.cons
     rv = tl.load(rv_ptr + c, mask=mask, other=1.0).to(tl.float32)
     tl.store(mean_ptr + c, rm, mask=mask)
     tl.store(rstd_ptr + c, 1.0 / tl.sqrt(rv + eps), mask=mask)
-'''
+"""
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: BnPlan, params: dict[str, Any]) -> str:
@@ -197,22 +205,43 @@ def generate(desc: TaskDescription, view: GraphView, plan: BnPlan, params: dict[
         aff = [Leaf("bn_w", "w_v", None), Leaf("bn_b", "b_v", None)]
     # The BN node becomes elementwise ops over the per-channel leaves.
     chain_nodes = [
-        OpNode(name=f"{name}_c", kind="call_function", op="sub", target="sub",
-               args=[{"node": "bn_x"}, {"node": "bn_mean"}]),
-        OpNode(name=f"{name}_n", kind="call_function", op="mul", target="mul",
-               args=[{"node": f"{name}_c"}, {"node": "bn_rstd"}]),
+        OpNode(
+            name=f"{name}_c",
+            kind="call_function",
+            op="sub",
+            target="sub",
+            args=[{"node": "bn_x"}, {"node": "bn_mean"}],
+        ),
+        OpNode(
+            name=f"{name}_n",
+            kind="call_function",
+            op="mul",
+            target="mul",
+            args=[{"node": f"{name}_c"}, {"node": "bn_rstd"}],
+        ),
     ]
     last = f"{name}_n"
     if plan.weight:
         chain_nodes += [
-            OpNode(name=f"{name}_w", kind="call_function", op="mul", target="mul",
-                   args=[{"node": last}, {"node": "bn_w"}]),
-            OpNode(name=name, kind="call_function", op="add", target="add",
-                   args=[{"node": f"{name}_w"}, {"node": "bn_b"}]),
+            OpNode(
+                name=f"{name}_w",
+                kind="call_function",
+                op="mul",
+                target="mul",
+                args=[{"node": last}, {"node": "bn_w"}],
+            ),
+            OpNode(
+                name=name,
+                kind="call_function",
+                op="add",
+                target="add",
+                args=[{"node": f"{name}_w"}, {"node": "bn_b"}],
+            ),
         ]
     else:
-        chain_nodes.append(OpNode(name=name, kind="call_function", op="mul", target="mul",
-                                  args=[{"node": last}, 1.0]))
+        chain_nodes.append(
+            OpNode(name=name, kind="call_function", op="mul", target="mul", args=[{"node": last}, 1.0])
+        )
     chain = Chain(
         nodes=chain_nodes + plan.epilogue.nodes,
         tensor_leaves=[x_leaf, *stats, *aff, *plan.epilogue.tensor_leaves],
@@ -262,13 +291,16 @@ def launch_bn_stats(x, eps):
     fwd.append(f"    mean_v, rstd_v = launch_bn_stats(x_bn, {plan.eps})")
     if plan.running_mean is not None and plan.running_var is not None:
         fwd.append("else:")
-        fwd.append(f"    mean_v, rstd_v = launch_bn_running(x_bn, {plan.running_mean}, {plan.running_var}, "
-                   f"{plan.eps})")
+        fwd.append(
+            f"    mean_v, rstd_v = launch_bn_running(x_bn, {plan.running_mean}, {plan.running_var}, "
+            f"{plan.eps})"
+        )
     if plan.weight:
         fwd.append(f"w_v = {plan.weight}.view(mean_v.shape)")
         fwd.append(f"b_v = {plan.bias}.view(mean_v.shape)")
     args = [lf.expr for lf in chain.tensor_leaves + chain.scalar_leaves]
     fwd.append(f"return launch_bn_apply_kernel({', '.join(args)})")
     doc = f"EGG expert: batchnorm family (batch or running statistics), algorithm {algorithms(plan)[0]}."
-    return assemble(desc, "\n\n".join(kernels), stats_launch + "\n\n" + "\n\n".join(launchers),
-                    "\n".join(fwd), doc)
+    return assemble(
+        desc, "\n\n".join(kernels), stats_launch + "\n\n" + "\n\n".join(launchers), "\n".join(fwd), doc
+    )

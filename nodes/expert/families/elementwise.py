@@ -208,6 +208,11 @@ def _single_op_chain(view: GraphView, n: OpNode, produced: dict[str, Leaf]) -> C
 
 def refinements(plan: EwPlan, params: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
     if params["algorithm"] == "kernel-per-op":
-        return [("refine:fuse-chain", dict(params, algorithm="fused"),
-                 "one kernel for the whole chain: intermediates stay in registers, one read and one write")]
+        return [
+            (
+                "refine:fuse-chain",
+                dict(params, algorithm="fused"),
+                "one kernel for the whole chain: intermediates stay in registers, one read and one write",
+            )
+        ]
     return []

@@ -98,16 +98,36 @@ def match(view: GraphView) -> GemmPlan | None:
             bias = _operand(view, b) if b is not None else None
         b_expr = f"{w}.t()"
         k = int(view.nodes[view.resolve(g.args[0]["node"])].shape[-1]) if is_node(g.args[0]) else 0
-        return GemmPlan("linear", a, b_expr, bias, epilogue, g.name,
-                        _prod(shape[:-1]), shape[-1] if shape else 0, k, g.dtype or "float32")
+        return GemmPlan(
+            "linear",
+            a,
+            b_expr,
+            bias,
+            epilogue,
+            g.name,
+            _prod(shape[:-1]),
+            shape[-1] if shape else 0,
+            k,
+            g.dtype or "float32",
+        )
     a_ref = g.args[0] if g.args else g.kwargs.get("input")
     b_ref = g.args[1] if len(g.args) > 1 else g.kwargs.get("other", g.kwargs.get("mat2"))
     a_shape = view.nodes[view.resolve(a_ref["node"])].shape or []
     b_shape = view.nodes[view.resolve(b_ref["node"])].shape or []
     if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
         raise Unsupported(f"matmul of ranks {len(a_shape)}x{len(b_shape)}")
-    return GemmPlan("matmul", _operand(view, a_ref), _operand(view, b_ref), None, epilogue, g.name,
-                    shape[-2], shape[-1], a_shape[-1], g.dtype or "float32")
+    return GemmPlan(
+        "matmul",
+        _operand(view, a_ref),
+        _operand(view, b_ref),
+        None,
+        epilogue,
+        g.name,
+        shape[-2],
+        shape[-1],
+        a_shape[-1],
+        g.dtype or "float32",
+    )
 
 
 def _prod(xs: list[int]) -> int:
@@ -177,15 +197,25 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
         p.update(DEFAULTS["gemm"], algorithm="tiled")
         out.append(("refine:fuse-epilogue-into-gemm", p, "write the output once: epilogue in the GEMM store"))
     if params["algorithm"] == "tiled-ieee" and plan.dtype == "float32":
-        out.append(("refine:3xtf32", dict(params, algorithm="tiled"),
-                    "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate"))
+        out.append(
+            (
+                "refine:3xtf32",
+                dict(params, algorithm="tiled"),
+                "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
+            )
+        )
     return out
 
 
 def safer(plan: GemmPlan, params: dict[str, Any], rule: str) -> list[tuple[str, dict[str, Any], str]]:
     if params["algorithm"] == "tiled" and plan.dtype == "float32" and "mismatch" in rule:
-        return [("fix:mismatch:ieee", dict(params, algorithm="tiled-ieee"),
-                 "exact fp32 dot products in case 3xTF32 rounding exceeds the tolerance")]
+        return [
+            (
+                "fix:mismatch:ieee",
+                dict(params, algorithm="tiled-ieee"),
+                "exact fp32 dot products in case 3xTF32 rounding exceeds the tolerance",
+            )
+        ]
     return []
 
 
@@ -432,8 +462,13 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     doc = f"EGG expert: gemm family ({plan.kind}), algorithm {algo}" + (
         f", precision {precision}." if precision else "."
     )
-    return assemble(desc, "\n\n".join(kernels), _SHAPES + "\n\n" + "\n".join(L) + "\n",
-                    f"return launch_gemm({', '.join(call)})", doc)
+    return assemble(
+        desc,
+        "\n\n".join(kernels),
+        _SHAPES + "\n\n" + "\n".join(L) + "\n",
+        f"return launch_gemm({', '.join(call)})",
+        doc,
+    )
 
 
 def _generate_library(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dict[str, Any]) -> str:
@@ -458,5 +493,7 @@ def _generate_library(desc: TaskDescription, view: GraphView, plan: GemmPlan, pa
         lib = f"t_{plan.gemm_node} = torch.matmul({plan.a_expr}, {plan.b_expr})"
     args = [lf.expr for lf in chain.tensor_leaves + chain.scalar_leaves]
     fwd = f"{lib}\nreturn launch_epilogue_kernel({', '.join(args)})"
-    doc = f"EGG expert: gemm family ({plan.kind}), algorithm library-{plan.kind}+fused-epilogue (mixed policy)."
+    doc = (
+        f"EGG expert: gemm family ({plan.kind}), algorithm library-{plan.kind}+fused-epilogue (mixed policy)."
+    )
     return assemble(desc, "\n\n".join(kernels), "\n\n".join(launchers), fwd, doc)

@@ -123,7 +123,7 @@ def _kernel(plan: GnPlan) -> str:
     return "@triton.jit\ndef gn_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
-LAUNCH = '''
+LAUNCH = """
 def launch_group_norm(x, groups, eps, w, b, block_n, warps):
     x = x.contiguous()
     N, C = x.shape[0], x.shape[1]
@@ -142,13 +142,15 @@ def launch_group_norm(x, groups, eps, w, b, block_n, warps):
     gn_kernel[(N * groups,)](x, w, b, out, groups, C // groups, HW, eps, HAS_W=has_w,
                              BLOCK_N=min(block_n, triton.next_power_of_2(R)), num_warps=warps)
     return out
-'''
+"""
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: GnPlan, params: dict[str, Any]) -> str:
     w = plan.weight or "None"
     b = plan.bias or "None"
-    call = (f"return launch_group_norm({plan.x_expr}, {plan.groups}, {plan.eps}, {w}, {b}, "
-            f"{int(params['BLOCK_N'])}, {int(params['num_warps'])})")
+    call = (
+        f"return launch_group_norm({plan.x_expr}, {plan.groups}, {plan.eps}, {w}, {b}, "
+        f"{int(params['BLOCK_N'])}, {int(params['num_warps'])})"
+    )
     doc = f"EGG expert: groupnorm family, algorithm {params['algorithm']}."
     return assemble(desc, ewops.HELPERS + "\n\n" + _kernel(plan), LAUNCH, call, doc)

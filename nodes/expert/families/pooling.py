@@ -61,8 +61,16 @@ def match(view: GraphView) -> PoolPlan | None:
         a = p.module_attrs
         get = lambda k, d: a.get(k, d)  # noqa: E731
     else:
-        pos = {"kernel_size": 1, "stride": 2, "padding": 3, "dilation": 4, "ceil_mode": 5 if kind == "max" else 4,
-               "return_indices": 6, "count_include_pad": 5, "divisor_override": 6}
+        pos = {
+            "kernel_size": 1,
+            "stride": 2,
+            "padding": 3,
+            "dilation": 4,
+            "ceil_mode": 5 if kind == "max" else 4,
+            "return_indices": 6,
+            "count_include_pad": 5,
+            "divisor_override": 6,
+        }
 
         def get(k: str, d: Any) -> Any:
             if kind == "avg" and k == "dilation":
@@ -89,7 +97,9 @@ def match(view: GraphView) -> PoolPlan | None:
         if c.kind == "call_module":
             conv_call = f"self.{c.target}({conv_arg(view, c.args[0])})"
         elif c.target.startswith("torch."):
-            args = [conv_arg(view, a) for a in c.args] + [f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()]
+            args = [conv_arg(view, a) for a in c.args] + [
+                f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()
+            ]
             conv_call = f"{c.target}({', '.join(args)})"
         else:
             raise Unsupported(f"{c.op} called as {c.target}")
@@ -113,8 +123,9 @@ def match(view: GraphView) -> PoolPlan | None:
     for lf in prologue.scalar_leaves + epilogue.scalar_leaves:
         if lf.name not in [s.name for s in scalars]:
             scalars.append(lf)
-    return PoolPlan(kind, nd, ks, stride, padding, dilation, cip, x, prologue, epilogue, p.name, scalars,
-                    conv_call)
+    return PoolPlan(
+        kind, nd, ks, stride, padding, dilation, cip, x, prologue, epilogue, p.name, scalars, conv_call
+    )
 
 
 def algorithms(plan: PoolPlan) -> list[str]:
@@ -199,23 +210,30 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
         *epi,
         f"tl.store(out_ptr + offs, {elast or 'res'}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
-    consts = ", ".join(f"{n}: tl.constexpr" for n in
-                       ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "BLOCK"))
+    consts = ", ".join(
+        f"{n}: tl.constexpr"
+        for n in ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "BLOCK")
+    )
     tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
     modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
-    kernel = (f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, C, D, H, W, OD, OH, OW{tens}{scal}, {consts}"
-              f"{modes}):\n"
-              + "\n".join("    " + x for x in body) + "\n")
+    kernel = (
+        f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, C, D, H, W, OD, OH, OW{tens}{scal}, {consts}"
+        f"{modes}):\n" + "\n".join("    " + x for x in body) + "\n"
+    )
     nd = plan.nd
     scall = "".join(f", float(l_{lf.name})" for lf in plan.scalars)
     sargs = "".join(f", l_{lf.name}" for lf in plan.scalars)
     targs = "".join(f", t_{lf.name}" for lf in plan.epilogue.tensor_leaves)
     tcall = "".join(f", t_{lf.name}_c" for lf in plan.epilogue.tensor_leaves)
     tmodes = "".join(f", t_{lf.name}_MODE=t_{lf.name}_m" for lf in plan.epilogue.tensor_leaves)
-    tprep = "".join(f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)"
-                    for lf in plan.epilogue.tensor_leaves)
+    tprep = "".join(
+        f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)"
+        for lf in plan.epilogue.tensor_leaves
+    )
     block = int(params["BLOCK"])
-    launcher = _EPI_MODE + f'''
+    launcher = (
+        _EPI_MODE
+        + f"""
 def launch_pool(x{targs}{sargs}):
     if x.dim() != {nd + 2}:
         raise ValueError(f"expected a {nd + 2}-d input, got {{tuple(x.shape)}}")
@@ -235,7 +253,8 @@ def launch_pool(x{targs}{sargs}):
         KD={KD}, KH={KH}, KW={KW}, SD={SD}, SH={SH}, SW={SW}, PD={PD}, PH={PH}, PW={PW},
         DD={DD}, DH={DH}, DW={DW}, BLOCK={block}{tmodes}, num_warps={int(params["num_warps"])})
     return out
-'''
+"""
+    )
     call = [plan.x.expr] + [lf.expr for lf in plan.epilogue.tensor_leaves] + [lf.expr for lf in plan.scalars]
     doc = f"EGG expert: pooling family ({plan.op}_pool{nd}d), algorithm {params['algorithm']}."
     fwd = f"return launch_pool({', '.join(call)})"
@@ -256,4 +275,3 @@ def _epi_mode(t, shape):
         return t.reshape(-1).contiguous(), 1
     raise ValueError(f"pooling epilogue operand of shape {tuple(t.shape)} does not broadcast per channel")
 '''
-

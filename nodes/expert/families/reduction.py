@@ -34,11 +34,11 @@ _COMB = {
     "min": ("float('inf')", "tl.minimum({a}, {b})", "tl.min({a}, {ax})"),
 }
 
-HELPERS = '''
+HELPERS = """
 @triton.jit
 def _red_mul(a, b):
     return a * b
-'''
+"""
 
 
 @dataclass
@@ -234,7 +234,9 @@ def _value_lines(plan: RedPlan, offs: str, mask: str) -> tuple[list[str], str]:
     lines: list[str] = []
     env: dict[str, str] = {}
     for lf in plan.prologue.tensor_leaves:
-        lines.append(f"x_{lf.name} = tl.load(l_{lf.name}_ptr + {offs}, mask={mask}, other=0.0).to(tl.float32)")
+        lines.append(
+            f"x_{lf.name} = tl.load(l_{lf.name}_ptr + {offs}, mask={mask}, other=0.0).to(tl.float32)"
+        )
         env[lf.name] = f"x_{lf.name}"
     for lf in _scalars(plan):
         env[lf.name] = f"l_{lf.name}_val"
@@ -324,8 +326,7 @@ def _row_kernel(plan: RedPlan) -> str:
             "    tl.store(part_ptr + row * n_chunks + c, r)",
         ]
     sig = (
-        f"{tens}out_ptr, part_ptr, R, chunk, n_chunks, div{scal}, "
-        "BLOCK_N: tl.constexpr, FINAL: tl.constexpr"
+        f"{tens}out_ptr, part_ptr, R, chunk, n_chunks, div{scal}, BLOCK_N: tl.constexpr, FINAL: tl.constexpr"
     )
     return "@triton.jit\ndef red_row_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
@@ -365,8 +366,11 @@ def _col_kernel(plan: RedPlan) -> str:
         "base = o * R * inner",
     ]
     vals, v = _value_lines(plan, "base + r[:, None] * inner + ci[None, :]", "mask")
-    head = ["for start in range(0, R, BLOCK_R):", "    r = start + rr",
-            "    mask = (r < R)[:, None] & cmask[None, :]"]
+    head = [
+        "for start in range(0, R, BLOCK_R):",
+        "    r = start + rr",
+        "    mask = (r < R)[:, None] & cmask[None, :]",
+    ]
     store_idx = "o * inner + ci"
     if op in ("argmax", "argmin"):
         better = ">" if op == "argmax" else "<"
@@ -398,8 +402,11 @@ def _col_kernel(plan: RedPlan) -> str:
             "    m = m_new",
         ]
         epi, last = _epi(plan, "res")
-        L += ["res = m + tl.log(s)", *epi,
-              f"tl.store(out_ptr + {store_idx}, {last}.to(out_ptr.dtype.element_ty), mask=cmask)"]
+        L += [
+            "res = m + tl.log(s)",
+            *epi,
+            f"tl.store(out_ptr + {store_idx}, {last}.to(out_ptr.dtype.element_ty), mask=cmask)",
+        ]
     else:
         kind = "sum" if op in ("mean", "batchmean") else op
         ident, comb, red = _COMB[kind]
@@ -436,8 +443,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
     L = [
         f"def launch_reduce({', '.join(leaves + scal)}):",
         *[f"    {t} = {t}.contiguous()" for t in leaves],
-        *[f"    if {t}.shape != {first}.shape:\n        raise ValueError('prologue operands differ in shape')"
-          for t in leaves[1:]],
+        *[
+            f"    if {t}.shape != {first}.shape:\n        raise ValueError('prologue operands differ in shape')"
+            for t in leaves[1:]
+        ],
         f"    shape = list({first}.shape)",
         f"    dims = {dims}",
         "    if dims is None:",
@@ -458,7 +467,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
         "    else:",
         "        out_shape = [s for i, s in enumerate(shape) if i not in dims]",
         f"    out = torch.empty(out_shape, device={first}.device, dtype={out_dtype})",
-    "    div = float(shape[0])" if plan.op == "batchmean" else "    div = float(R)",
+        "    div = float(shape[0])" if plan.op == "batchmean" else "    div = float(R)",
         "    if R == 0 or out.numel() == 0:",
         "        raise ValueError('empty reduction')",
         "    if inner > 1:",
@@ -492,5 +501,6 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
     ]
     call = [lf.expr for lf in plan.prologue.tensor_leaves] + [lf.expr for lf in _scalars(plan)]
     doc = f"EGG expert: reduction family ({plan.op}, dims={plan.dims}), algorithm {algo}."
-    return assemble(desc, "\n\n".join(kernels), "\n".join(L) + "\n",
-                    f"return launch_reduce({', '.join(call)})", doc)
+    return assemble(
+        desc, "\n\n".join(kernels), "\n".join(L) + "\n", f"return launch_reduce({', '.join(call)})", doc
+    )

@@ -148,7 +148,7 @@ def _kernel(plan: RlPlan) -> str:
     return "@triton.jit\ndef rl_row_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
-SUM_KERNEL = '''
+SUM_KERNEL = """
 @triton.jit
 def rl_sum_kernel(v_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
     offs0 = tl.arange(0, BLOCK)
@@ -157,9 +157,9 @@ def rl_sum_kernel(v_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
         offs = start + offs0
         acc += tl.load(v_ptr + offs, mask=offs < n, other=0.0)
     tl.store(out_ptr, tl.sum(acc, 0) * scale)
-'''
+"""
 
-LAUNCH = '''
+LAUNCH = """
 def launch_row_loss(xs, kind, eps, margin, reduce, block_n, warps):
     xs = [x.contiguous() for x in xs]
     for x in xs[1:]:
@@ -179,16 +179,22 @@ def launch_row_loss(xs, kind, eps, margin, reduce, block_n, warps):
     scale = 1.0 / rows if reduce == "mean" and rows else (float("nan") if reduce == "mean" else 1.0)
     rl_sum_kernel[(1,)](vals, out, rows, scale, BLOCK=1024, num_warps=4)
     return out.to(a.dtype)
-'''
+"""
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: RlPlan, params: dict[str, Any]) -> str:
     fwd = []
     if plan.module is not None:
         # What the capture could not see: refuse instead of computing another loss.
-        fwd += [f"if getattr({plan.module}, 'swap', False) or float({plan.module}.p) != 2.0:",
-                "    raise ValueError('triplet_margin_loss with swap or p != 2 is not what this kernel computes')"]
-    fwd.append(f"return launch_row_loss([{', '.join(plan.inputs)}], {plan.kind}, {plan.eps}, {plan.margin}, "
-               f"{plan.reduce!r}, {int(params['BLOCK_N'])}, {int(params['num_warps'])})")
+        fwd += [
+            f"if getattr({plan.module}, 'swap', False) or float({plan.module}.p) != 2.0:",
+            "    raise ValueError('triplet_margin_loss with swap or p != 2 is not what this kernel computes')",
+        ]
+    fwd.append(
+        f"return launch_row_loss([{', '.join(plan.inputs)}], {plan.kind}, {plan.eps}, {plan.margin}, "
+        f"{plan.reduce!r}, {int(params['BLOCK_N'])}, {int(params['num_warps'])})"
+    )
     doc = f"EGG expert: rowloss family, algorithm {params['algorithm']}."
-    return assemble(desc, ewops.HELPERS + "\n\n" + _kernel(plan) + "\n\n" + SUM_KERNEL, LAUNCH, "\n".join(fwd), doc)
+    return assemble(
+        desc, ewops.HELPERS + "\n\n" + _kernel(plan) + "\n\n" + SUM_KERNEL, LAUNCH, "\n".join(fwd), doc
+    )

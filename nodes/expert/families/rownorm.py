@@ -162,8 +162,11 @@ def match(view: GraphView) -> RowPlan | None:
                     raise Unsupported(f"norm(p={p!r})")
                 dim = n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else None)
                 keep = bool(n.kwargs.get("keepdim", n.args[3] if len(n.args) > 3 else False))
-                k, after = _reduced_dims(n.model_copy(update={"args": [src_ref, dim]}), src_rank) \
-                    if dim is not None else (src_rank, 0)
+                k, after = (
+                    _reduced_dims(n.model_copy(update={"args": [src_ref, dim]}), src_rank)
+                    if dim is not None
+                    else (src_rank, 0)
+                )
             else:
                 keep = bool(arg_value(n, 2, "keepdim", False))
                 k, after = _reduced_dims(n, src_rank)
@@ -216,14 +219,21 @@ def match(view: GraphView) -> RowPlan | None:
             b.set_ndims(k)
             if n.op == "layer_norm":
                 mu, ss = b.centered_sq(src)
-                core = b.ew(b.fresh("ln"), [src, mu, ss],
-                            lambda e, s=src, m=mu, q=ss, eps=eps:
-                            f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})")
+                core = b.ew(
+                    b.fresh("ln"),
+                    [src, mu, ss],
+                    lambda e, s=src, m=mu, q=ss, eps=eps: (
+                        f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})"
+                    ),
+                )
             else:
                 sq = b.ew(b.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
                 ms = b.mean(b.fresh("ms"), sq)
-                core = b.ew(b.fresh("rms"), [src, ms],
-                            lambda e, s=src, m=ms, eps=eps: f"{e[s]} * tl.rsqrt({e[m]} + {flit(eps)})")
+                core = b.ew(
+                    b.fresh("rms"),
+                    [src, ms],
+                    lambda e, s=src, m=ms, eps=eps: f"{e[s]} * tl.rsqrt({e[m]} + {flit(eps)})",
+                )
             if w is not None:
                 core = b.ew(b.fresh("wt"), [core, w], lambda e, c=core, w=w: f"{e[c]} * {e[w]}")
             if bias is not None:
@@ -237,9 +247,13 @@ def match(view: GraphView) -> RowPlan | None:
             b.set_ndims(len(n.shape or []) - 2)
             mu, ss = b.centered_sq(src)
             eps = float(n.module_attrs.get("eps", 1e-5))
-            core = b.ew(b.fresh("in"), [src, mu, ss],
-                        lambda e, s=src, m=mu, q=ss, eps=eps:
-                        f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})")
+            core = b.ew(
+                b.fresh("in"),
+                [src, mu, ss],
+                lambda e, s=src, m=mu, q=ss, eps=eps: (
+                    f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})"
+                ),
+            )
             b.ew(n.name, [core], lambda e, c=core: e[c])
             continue
         raise Unsupported(f"{n.op} inside a row normalisation")
@@ -256,10 +270,17 @@ def match(view: GraphView) -> RowPlan | None:
         lv = max((level.get(d, 0) for d in dn.deps), default=0)
         dn.level = lv + 1 if dn.kind == "red" else lv
         level[dn.name] = dn.level
-    return RowPlan(nodes=b.nodes, leaves=b.leaves, scalars=b.scalars, out=out, ndims_reduced=b.ndims,
-                   n_after=b.n_after,
-                   x_leaf=full[0], n_levels=max((d.level for d in b.nodes if d.kind == "red"), default=0),
-                   ops=ops)
+    return RowPlan(
+        nodes=b.nodes,
+        leaves=b.leaves,
+        scalars=b.scalars,
+        out=out,
+        ndims_reduced=b.ndims,
+        n_after=b.n_after,
+        x_leaf=full[0],
+        n_levels=max((d.level for d in b.nodes if d.kind == "red"), default=0),
+        ops=ops,
+    )
 
 
 def algorithms(plan: RowPlan) -> list[str]:
@@ -338,9 +359,16 @@ def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
             src = env[d.deps[0]]
             L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 0)")
         env[d.name] = var
-    L.append(f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)")
-    return ("@triton.jit\ndef rn_whole_row_kernel(" + sig + ", BLOCK_N: tl.constexpr):\n"
-            + "\n".join("    " + x for x in L) + "\n")
+    L.append(
+        f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
+    )
+    return (
+        "@triton.jit\ndef rn_whole_row_kernel("
+        + sig
+        + ", BLOCK_N: tl.constexpr):\n"
+        + "\n".join("    " + x for x in L)
+        + "\n"
+    )
 
 
 def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
@@ -362,7 +390,9 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
             body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
             env[d.name] = f"v_{d.name}"
         for r in reds:
-            comb = _COMBINE[r.red].format(a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})")
+            comb = _COMBINE[r.red].format(
+                a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
+            )
             body.append(f"acc_{r.name} = {comb}")
         L.append("for start in range(0, R, BLOCK_N):")
         L += ["    " + x for x in body]
@@ -377,12 +407,18 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
     for d in _needed(plan, [plan.out]):
         body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
         env[d.name] = f"v_{d.name}"
-    body.append(f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), "
-                "mask=mask)")
+    body.append(
+        f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
+    )
     L.append("for start in range(0, R, BLOCK_N):")
     L += ["    " + x for x in body]
-    return ("@triton.jit\ndef rn_multi_pass_kernel(" + sig + ", BLOCK_N: tl.constexpr):\n"
-            + "\n".join("    " + x for x in L) + "\n")
+    return (
+        "@triton.jit\ndef rn_multi_pass_kernel("
+        + sig
+        + ", BLOCK_N: tl.constexpr):\n"
+        + "\n".join("    " + x for x in L)
+        + "\n"
+    )
 
 
 _MODE_HELPER = '''
@@ -460,5 +496,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
     ]
     fwd_args = [lf.expr for lf in plan.leaves + plan.scalars]
     doc = f"EGG expert: rownorm family ({', '.join(sorted(set(plan.ops)))}), algorithm {algo}."
-    return assemble(desc, "\n\n".join(kernels), _MODE_HELPER + "\n\n" + "\n".join(L) + "\n",
-                    f"return launch_rownorm({', '.join(fwd_args)})", doc)
+    return assemble(
+        desc,
+        "\n\n".join(kernels),
+        _MODE_HELPER + "\n\n" + "\n".join(L) + "\n",
+        f"return launch_rownorm({', '.join(fwd_args)})",
+        doc,
+    )

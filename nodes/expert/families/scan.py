@@ -52,6 +52,7 @@ def match(view: GraphView) -> ScanPlan | None:
     flips = [n for n in nodes if n.op == "flip"]
     reverse = False
     if flips:
+
         def fdims(f: Any) -> list[int]:
             ds = f.args[1:] if len(f.args) > 2 else arg_value(f, 1, "dims", [])
             return [int(x) % rank for x in (ds if isinstance(ds, list) else [ds])]
@@ -101,8 +102,17 @@ def match(view: GraphView) -> ScanPlan | None:
     for lf in prologue.scalar_leaves + epilogue.scalar_leaves:
         if lf.name not in [x.name for x in scalars]:
             scalars.append(lf)
-    return ScanPlan(op=s.op, dim=int(dim), reverse=reverse, prologue=prologue, epilogue=epilogue,
-                    scan_node=s.name, src_node=srcs[0], scalars=scalars, exclusive=exclusive)
+    return ScanPlan(
+        op=s.op,
+        dim=int(dim),
+        reverse=reverse,
+        prologue=prologue,
+        epilogue=epilogue,
+        scan_node=s.name,
+        src_node=srcs[0],
+        scalars=scalars,
+        exclusive=exclusive,
+    )
 
 
 def _slices(view: GraphView, n: Any, rank: int) -> tuple[str, list[Any]] | None:
@@ -159,7 +169,9 @@ def _kernel(plan: ScanPlan, ev: str) -> str:
     env: dict[str, str] = {}
     loads = []
     for lf in plan.prologue.tensor_leaves:
-        loads.append(f"x_{lf.name} = tl.load(l_{lf.name}_ptr + offs, mask=mask, other={ident}{ev}).to(tl.float32)")
+        loads.append(
+            f"x_{lf.name} = tl.load(l_{lf.name}_ptr + offs, mask=mask, other={ident}{ev}).to(tl.float32)"
+        )
         env[lf.name] = f"x_{lf.name}"
     for lf in plan.scalars:
         env[lf.name] = f"l_{lf.name}_val"
@@ -233,7 +245,11 @@ def generate(desc: TaskDescription, view: GraphView, plan: ScanPlan, params: dic
     ]
     call = [lf.expr for lf in plan.prologue.tensor_leaves] + [lf.expr for lf in plan.scalars]
     kind = "reverse " if plan.reverse else "exclusive " if plan.exclusive else ""
-    doc = (f"EGG expert: scan family ({kind}{plan.op}, dim={plan.dim}), "
-           f"algorithm {params['algorithm']}.")
-    return assemble(desc, ewops.HELPERS + "\n\n" + _kernel(plan, ev), "\n".join(L) + "\n",
-                    f"return launch_scan({', '.join(call)})", doc)
+    doc = f"EGG expert: scan family ({kind}{plan.op}, dim={plan.dim}), algorithm {params['algorithm']}."
+    return assemble(
+        desc,
+        ewops.HELPERS + "\n\n" + _kernel(plan, ev),
+        "\n".join(L) + "\n",
+        f"return launch_scan({', '.join(call)})",
+        doc,
+    )

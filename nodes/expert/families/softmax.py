@@ -164,7 +164,9 @@ def _pro(plan: SmPlan, xvar: str, mask: str, tag: str, offs: str = "offs") -> li
     loads = []
     for lf in plan.aux:
         # other=0 (not 0.0) so bool / integer tensors load too; the math is fp32 either way.
-        loads.append(f"a{tag}_{lf.name} = tl.load(a_{lf.name}_ptr + {offs}, mask={mask}, other=0).to(tl.float32)")
+        loads.append(
+            f"a{tag}_{lf.name} = tl.load(a_{lf.name}_ptr + {offs}, mask={mask}, other=0).to(tl.float32)"
+        )
         env[lf.name] = f"a{tag}_{lf.name}"
     lines, last = plan.prologue.body(env, var_prefix=f"p{tag}_")
     lines = loads + lines
@@ -190,18 +192,26 @@ def _normalize(plan: SmPlan, xvar: str, m: str, d: str) -> str:
 
 def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
-    head = f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
+    head = (
+        f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
+    )
     L = [
         "row = tl.program_id(0).to(tl.int64)",
         "x_row = x_ptr + row * n_cols",
         "o_row = out_ptr + row * n_cols",
         "cols = tl.arange(0, BLOCK_N)",
     ]
-    load = ["offs = start + cols", "mask = offs < n_cols",
-            f"x = tl.load(x_row + offs, mask=mask, other=0.0{ev}).to(tl.float32)"]
+    load = [
+        "offs = start + cols",
+        "mask = offs < n_cols",
+        f"x = tl.load(x_row + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
+    ]
     epi, last = _epi(plan, "y", "")
-    store = [f"y = {_normalize(plan, 'x', 'm', 'd')}", *epi,
-             f"tl.store(o_row + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)"]
+    store = [
+        f"y = {_normalize(plan, 'x', 'm', 'd')}",
+        *epi,
+        f"tl.store(o_row + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
     if algo == "online":
         L += [
             "m = tl.full([], -float('inf'), tl.float32)",
@@ -225,19 +235,17 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
         ]
     else:
         raise Unsupported(algo)
-    L += ["for start in range(0, n_cols, BLOCK_N):",
-          *_ind(load + _pro(plan, "x", "mask", "c", "row * n_cols + offs") + store, 4)]
+    L += [
+        "for start in range(0, n_cols, BLOCK_N):",
+        *_ind(load + _pro(plan, "x", "mask", "c", "row * n_cols + offs") + store, 4),
+    ]
     return head + "\n".join(_ind(L, 4)) + "\n"
 
 
 def _whole_row_kernel(plan: SmPlan, name: str, ev: str) -> str:
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
     epi, last = _epi(plan, "y", "")
-    norm = (
-        "y = x - m[:, None] - tl.log(s)[:, None]"
-        if plan.log
-        else "y = e / s[:, None]"
-    )
+    norm = "y = x - m[:, None] - tl.log(s)[:, None]" if plan.log else "y = e / s[:, None]"
     L = [
         "rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)",
         "cols = tl.arange(0, BLOCK_N)",
@@ -288,9 +296,8 @@ def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
         "    m = m_new",
         "for start in range(0, R, BLOCK_R):",
         *_ind(load + _pro(plan, "x", "mask", "c") + fix_cols, 4),
-        "    y = " + (
-            "x - m[None, :] - tl.log(d)[None, :]" if plan.log else "tl.exp(x - m[None, :]) / d[None, :]"
-        ),
+        "    y = "
+        + ("x - m[None, :] - tl.log(d)[None, :]" if plan.log else "tl.exp(x - m[None, :]) / d[None, :]"),
         *_ind(epi, 4),
         f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
@@ -311,7 +318,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         kernels.append(_row_kernel(plan, "online", "sm_row_kernel", ev))
     elif algo in ("online", "three-pass", "column-online"):
         # column-online still carries the row kernel: the reduced dim may be last at run time.
-        kernels.append(_row_kernel(plan, "three-pass" if algo == "three-pass" else "online", "sm_row_kernel", ev))
+        kernels.append(
+            _row_kernel(plan, "three-pass" if algo == "three-pass" else "online", "sm_row_kernel", ev)
+        )
     else:
         raise Unsupported(f"unknown softmax algorithm {algo}")
     scal = _scalar_args(plan)
@@ -324,8 +333,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         f"def launch_softmax(x{aargs}{sargs}):",
         "    x = x.contiguous()",
         *[f"    {a} = {a}.contiguous()" for a in aux],
-        *[f"    if {a}.shape != x.shape:\n        raise ValueError('softmax prologue operand shape differs from x')"
-          for a in aux],
+        *[
+            f"    if {a}.shape != x.shape:\n        raise ValueError('softmax prologue operand shape differs from x')"
+            for a in aux
+        ],
         "    out = torch.empty_like(x)",
         "    if x.numel() == 0:",
         "        return out",
@@ -344,9 +355,13 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
     ]
     if algo == "whole-row":
         rows = int(params.get("ROWS", 0))
-        rows_expr = "max(1, min(16, 2048 // block_n))" if rows == 0 else f"max(1, min({rows}, 32768 // block_n))"
+        rows_expr = (
+            "max(1, min(16, 2048 // block_n))" if rows == 0 else f"max(1, min({rows}, 32768 // block_n))"
+        )
         warps_expr = (
-            "4 if rows * block_n <= 2048 else (8 if rows * block_n <= 8192 else 16)" if warps == 0 else str(warps)
+            "4 if rows * block_n <= 2048 else (8 if rows * block_n <= 8192 else 16)"
+            if warps == 0
+            else str(warps)
         )
         L += [
             "    block_n = triton.next_power_of_2(R)",

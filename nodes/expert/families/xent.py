@@ -64,7 +64,7 @@ def space(plan: XentPlan, params: dict[str, Any], stage: str, sp: dict[str, list
     return {"tiling": {"BLOCK_N": [4096, 256]}, "memory": {"num_warps": [8, 2]}}.get(stage, {})
 
 
-KERNELS = '''
+KERNELS = """
 @triton.jit
 def xent_row_kernel(x_ptr, t_ptr, loss_ptr, C, stride_row, BLOCK_N: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -90,14 +90,14 @@ def xent_sum_kernel(loss_ptr, out_ptr, N, scale, BLOCK: tl.constexpr):
         offs = start + tl.arange(0, BLOCK)
         acc += tl.load(loss_ptr + offs, mask=offs < N, other=0.0)
     tl.store(out_ptr, (tl.sum(acc, 0) * scale).to(out_ptr.dtype.element_ty))
-'''
+"""
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: XentPlan, params: dict[str, Any]) -> str:
     block = int(params["BLOCK_N"])
     warps = int(params["num_warps"])
     scale = "1.0 / N" if plan.reduction == "mean" else "1.0"
-    launcher = f'''
+    launcher = f"""
 def launch_xent(x, t):
     if x.dim() != 2 or t.dim() != 1 or t.shape[0] != x.shape[0]:
         raise ValueError(f"cross_entropy expects (N, C) logits and (N,) targets, got {{tuple(x.shape)}}, {{tuple(t.shape)}}")
@@ -110,6 +110,6 @@ def launch_xent(x, t):
                           num_warps={warps})
     xent_sum_kernel[(1,)](loss, out, N, {scale}, BLOCK=1024, num_warps=4)
     return out
-'''
+"""
     doc = f"EGG expert: cross-entropy family (reduction {plan.reduction}), algorithm row-online+ordered-sum."
     return assemble(desc, KERNELS, launcher, f"return launch_xent({plan.logits}, {plan.target})", doc)
