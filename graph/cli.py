@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -38,17 +37,11 @@ def _home(home: str | None) -> Path:
 
 
 def detect_device() -> str:
-    """cuda when a CUDA GPU is usable by torch, else cpu (asked in a subprocess: this process never imports torch)."""
-    try:
-        r = subprocess.run(
-            [sys.executable, "-c", "import torch; print(int(torch.cuda.is_available()))"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "cpu"
-    return "cuda" if r.returncode == 0 and r.stdout.strip().endswith("1") else "cpu"
+    """cuda when a CUDA GPU is usable by torch, else cpu; asked of a sandbox worker, as `egg check`
+    does (this process never imports torch)."""
+    from tools.check_cmd import cuda_available
+
+    return "cuda" if cuda_available() else "cpu"
 
 
 def _resolve_device(device: str) -> str:
