@@ -31,7 +31,10 @@ def checkpoint_path(home: str | Path) -> Path:
 def open_checkpointer(home: str | Path) -> SqliteSaver:
     path = checkpoint_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), check_same_thread=False)
+    # Several egg processes (egg eval --workers N) share this file: wait for a writer's lock instead
+    # of failing with "database is locked", and let readers proceed beside the writer (WAL).
+    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=120.0)
+    conn.execute("PRAGMA journal_mode=WAL")
     saver = SqliteSaver(conn, serde=serde())
     saver.setup()
     return saver
