@@ -82,3 +82,19 @@ def _resolved(view: GraphView, n: OpNode) -> OpNode:
         return x
 
     return n.model_copy(update={"args": fix(n.args), "kwargs": fix(n.kwargs)})
+
+
+def leaf_launch_args(
+    tensors: list[str], scalars: list[str], view_call: str, strides: tuple[str, str, str]
+) -> tuple[list[str], str]:
+    """Launcher lines turning each epilogue tensor leaf `t` into `t_e` and three strides (named
+    `t_<stride>`) with `view_call` (a format string over {t}), and the `, a, b, ...` suffix
+    of kernel arguments: those four per tensor, then every scalar leaf as a float."""
+    lines: list[str] = []
+    args: list[str] = []
+    for t in tensors:
+        names = [f"{t}_e", *(f"{t}_{st}" for st in strides)]
+        lines.append(f"    {', '.join(names)} = {view_call.format(t=t)}")
+        args += names
+    args += [f"float({x})" for x in scalars]
+    return lines, "".join(f", {a}" for a in args)

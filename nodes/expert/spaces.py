@@ -39,6 +39,22 @@ SPACES: dict[str, Space] = {
         },
         "memory": {"num_stages": [4, 2, 5, 3], "num_warps": [4, 8]},
     },
+    # implicit-GEMM convolution (BLOCK_N / BLOCK_K are caps: the launcher shrinks them to the
+    # channels per group, so small groups do not pay for padding columns)
+    "conv": {
+        "mapping": {"GROUP_M": [1, 4, 16], "CHANNELS_LAST": [True, False]},
+        "tiling": {
+            "BLOCK_M": [64, 256, 128],
+            "BLOCK_N": [128, 32, 256, 64],
+            "BLOCK_K": [64, 16, 32],
+        },
+        "memory": {"num_stages": [4, 2, 5, 3], "num_warps": [8, 4]},
+    },
+    # direct (depthwise / tiny groups) convolution: one output pixel per lane
+    "conv-direct": {
+        "tiling": {"BLOCK": [1024, 256, 2048, 512]},
+        "memory": {"num_warps": [8, 2, 4]},
+    },
 }
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -67,6 +83,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "num_warps": 8,
         "SPLIT_K": 1,
     },
+    # conv: only what every algorithm shares; conv.defaults() adds the per-algorithm tiles
+    # (implicit GEMM: 128x64x32, GROUP_M 8, 3 stages, 4 warps; direct: 1024 pixels, 4 warps).
+    "conv": {"num_warps": 4},
 }
 
 # Which stage's params to try first for each profiler bottleneck.

@@ -3,6 +3,17 @@
 torch.fx symbolic tracing gives the torch-level graph; ShapeProp (run on the real example inputs)
 adds each node's shape and dtype. Ops get canonical names so the expert model can pattern-match
 without caring whether the author wrote `torch.relu(x)`, `F.relu(x)`, `x.relu()` or `nn.ReLU()`.
+
+When symbolic tracing fails because the forward turns a shape into Python values (e.g.
+`n = q.shape[-2]; torch.ones(n, n, device=q.device).triu(1)`), a second tracer runs the same
+torch-level trace with concrete values alongside: shapes, sizes, devices and dtypes are the
+example inputs' own, so shape arithmetic specializes to them (the op graph records concrete
+shapes anyway), while data-dependent control flow still fails.
+
+Tensors the forward builds without touching its inputs become fx constants; a constant that is a
+triangular mask (what `triu`/`tril` of ones, `~tril(...)`, `arange(n)[:, None] < arange(n)`...
+produce) is reported as a canonical `tri_mask` node (rows, cols, diagonal, upper, fill) so a
+family can compute it from indices; any other constant is an opaque `tensor_constant` node.
 """
 
 from __future__ import annotations
@@ -264,20 +275,205 @@ def _tensor_meta(node: torch.fx.Node) -> tuple[list[int] | None, str | None]:
     return [int(s) for s in shape], str(dtype).replace("torch.", "")
 
 
+# Tensor attributes / methods that describe a tensor rather than compute on it: the concrete
+# tracer answers them with the example value's own (a Python int, torch.Size, device, dtype).
+_META_ATTRS = {"shape", "device", "dtype", "ndim", "is_cuda", "layout", "is_sparse", "is_quantized"}
+_META_METHODS = {
+    "size",
+    "dim",
+    "ndimension",
+    "numel",
+    "nelement",
+    "stride",
+    "element_size",
+    "get_device",
+    "is_contiguous",
+    "is_floating_point",
+    "is_complex",
+}
+
+
+class _ConcreteProxy(torch.fx.Proxy):
+    """A proxy that knows its example value: shape/device/dtype queries return real values."""
+
+    def __getattr__(self, k: str) -> Any:
+        if k in _META_ATTRS:
+            v = self.node.meta.get("egg_value")
+            if isinstance(v, torch.Tensor):
+                return getattr(v, k)
+        return super().__getattr__(k)
+
+    def __len__(self) -> int:
+        v = self.node.meta.get("egg_value")
+        if isinstance(v, torch.Tensor):
+            return len(v)
+        return super().__len__()
+
+
+class _ConcreteTracer(torch.fx.Tracer):
+    """torch.fx tracing with each node's example value computed as it is created."""
+
+    def __init__(self, example_inputs: list) -> None:
+        super().__init__()
+        self._examples = list(example_inputs)
+        self._placeholder_i = 0
+
+    def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+        return _ConcreteProxy(node, self)
+
+    def _value(self, a: Any) -> Any:
+        def one(x: Any) -> Any:
+            if isinstance(x, torch.fx.Proxy):
+                if "egg_value" not in x.node.meta:
+                    raise RuntimeError(f"no example value for {x.node.name}")
+                return x.node.meta["egg_value"]
+            return x
+
+        return torch.fx.node.map_aggregate(a, one)
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):  # type: ignore[override]
+        if kind == "call_method" and target in _META_METHODS:
+            vals = self._value(args)
+            return getattr(vals[0], target)(*vals[1:], **self._value(kwargs))
+        if kind == "placeholder":
+            if self._placeholder_i >= len(self._examples):
+                raise RuntimeError("more forward arguments than example inputs")
+            value = self._examples[self._placeholder_i]
+            self._placeholder_i += 1
+        else:
+            value = None
+        p = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        if kind == "placeholder":
+            p.node.meta["egg_value"] = value
+            return p
+        vals, kw = self._value(args), self._value(kwargs)
+        if kind == "get_attr":
+            obj: Any = self.root
+            for part in str(target).split("."):
+                obj = getattr(obj, part)
+            value = obj
+        elif kind == "call_module":
+            value = self.root.get_submodule(str(target))(*vals, **kw)
+        elif kind == "call_method":
+            value = getattr(vals[0], str(target))(*vals[1:], **kw)
+        elif kind == "call_function":
+            value = target(*vals, **kw)
+        p.node.meta["egg_value"] = value
+        return p
+
+
+def _concrete_trace(model: torch.nn.Module, example_inputs: list) -> torch.fx.GraphModule:
+    # Clone the examples: an in-place op in the forward must not change the caller's inputs.
+    examples = [x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    tracer = _ConcreteTracer(examples)
+    with torch.no_grad():
+        graph = tracer.trace(model)
+    for n in graph.nodes:
+        n.meta.pop("egg_value", None)
+    return torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _tri_mask(t: torch.Tensor) -> dict[str, Any] | None:
+    """(rows, cols, diagonal, upper, fill) when `t` is a triangular mask over its last two dims:
+    upper: t[i, j] == fill where j - i >= diagonal, else 0/False (triu); lower: j - i <= diagonal.
+    Leading dims must be 1 (a mask broadcast over batch and heads)."""
+    if t.dim() < 2 or any(d != 1 for d in t.shape[:-2]) or t.numel() == 0:
+        return None
+    m = t.reshape(t.shape[-2], t.shape[-1])
+    rows, cols = m.shape
+    if m.dtype == torch.bool:
+        on, fill = m, True
+    else:
+        nz = m[m != 0]
+        if nz.numel() == 0 or not bool((nz == nz.flatten()[0]).all()):
+            return None
+        on = m != 0
+        fill = nz.flatten()[0].item()
+    if bool(on.all()) or not bool(on.any()):
+        return None
+    d = torch.arange(cols, device=m.device)[None, :] - torch.arange(rows, device=m.device)[:, None]
+    k = int(d[on].min())
+    if torch.equal(on, d >= k):
+        return {"rows": rows, "cols": cols, "diagonal": k, "upper": True, "fill": _jsonable(fill)}
+    k = int(d[on].max())
+    if torch.equal(on, d <= k):
+        return {"rows": rows, "cols": cols, "diagonal": k, "upper": False, "fill": _jsonable(fill)}
+    return None
+
+
+def _constant_node(
+    gm: torch.fx.GraphModule, model: torch.nn.Module, n: torch.fx.Node
+) -> tuple[str, dict] | None:
+    """(op, kwargs) for a get_attr of a tensor the forward built (an fx constant), else None."""
+    target = str(n.target)
+    if "." in target or not target.startswith("_tensor_constant") or hasattr(model, target):
+        return None
+    value = getattr(gm, target, None)
+    if not isinstance(value, torch.Tensor):
+        return None
+    tri = _tri_mask(value)
+    if tri is not None:
+        return "tri_mask", tri
+    return "tensor_constant", {}
+
+
+def _shape_only_tensors(gm: torch.fx.GraphModule) -> list[str]:
+    """Tensor-valued nodes computed from input *shapes* only (e.g. `torch.arange(x.size(1))`,
+    `torch.ones(n, n).triu(1)` with n traced): constants once shapes are specialized."""
+    data: dict[str, bool] = {}
+    found: list[str] = []
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            data[n.name] = True
+            continue
+        if n.op == "output":
+            continue
+        meta_query = (n.op == "call_method" and n.target in _META_METHODS) or (
+            n.op == "call_function" and n.target is getattr and len(n.args) > 1 and n.args[1] in _META_ATTRS
+        )
+        if meta_query:
+            data[n.name] = False
+            continue
+        data[n.name] = any(data.get(a.name, True) for a in n.all_input_nodes)
+        if (
+            not data[n.name]
+            and n.meta.get("tensor_meta") is not None
+            and hasattr(n.meta["tensor_meta"], "shape")
+        ):
+            found.append(n.name)
+    return found
+
+
 def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], str | None]:
     """Trace `model` and propagate shapes with `example_inputs`.
 
     Returns (nodes, None) on success and ([], reason) when tracing or shape propagation fails.
     """
+    own_attrs = set(vars(model))
+    own_attrs |= {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
     try:
         gm = torch.fx.symbolic_trace(model)
-    except Exception as e:  # data-dependent control flow etc.: a description, not a crash
-        return [], f"torch.fx symbolic_trace failed: {type(e).__name__}: {str(e)[:300]}"
+    except Exception as e:  # shape-derived Python values, data-dependent control flow...
+        first = f"torch.fx symbolic_trace failed: {type(e).__name__}: {str(e)[:300]}"
+        try:
+            gm = _concrete_trace(model, example_inputs)
+        except Exception as e2:  # data-dependent control flow etc.: a description, not a crash
+            return [], f"{first}; concrete-shape trace failed: {type(e2).__name__}: {str(e2)[:200]}"
     try:
         with torch.no_grad():
             ShapeProp(gm).propagate(*example_inputs)
     except Exception as e:
         return [], f"shape propagation failed: {type(e).__name__}: {str(e)[:300]}"
+    if _shape_only_tensors(gm):
+        # Masks/positions built from traced sizes: trace again with concrete shapes so they become
+        # constants (and canonical tri_mask nodes); keep the symbolic graph if that fails.
+        try:
+            cgm = _concrete_trace(model, example_inputs)
+            with torch.no_grad():
+                ShapeProp(cgm).propagate(*example_inputs)
+            gm = cgm
+        except Exception:
+            pass
 
     modules = dict(gm.named_modules())
     nodes: list[dict] = []
@@ -291,6 +487,25 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
         elif n.op == "get_attr":
             op = "param"
             target = str(n.target)
+            const = _constant_node(gm, own_attrs, n)
+            if const is not None:
+                # Built inside forward (not a parameter or buffer): ModelNew has no such attribute.
+                op, attrs_kw = const
+                nodes.append(
+                    {
+                        "name": n.name,
+                        "kind": "call_function",
+                        "op": op,
+                        "target": target,
+                        "args": [],
+                        "kwargs": attrs_kw,
+                        "module_type": None,
+                        "module_attrs": {},
+                        "shape": shape,
+                        "dtype": dtype,
+                    }
+                )
+                continue
         elif n.op == "output":
             op = "output"
             target = "output"

@@ -16,6 +16,7 @@ from types import ModuleType
 from . import (
     attention,
     batchnorm,
+    conv,
     elementwise,
     gemm,
     groupnorm,
@@ -36,6 +37,9 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("gemm", gemm),
     ("reduction", reduction),
     ("rownorm", rownorm),
+    # conv before libconv: a lone convolution becomes a Triton implicit-GEMM / direct kernel; conv
+    # + elementwise tails fall through to libconv (which offers the same kernels as extra seeds).
+    ("conv", conv),
     ("libconv", libconv),
     ("scan", scan),
     ("attention", attention),

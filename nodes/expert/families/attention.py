@@ -4,6 +4,12 @@ a mask), fused into one online-softmax kernel: the M x N score matrix never reac
 Each program owns BLOCK_M query rows of one (batch, head) and streams K/V in BLOCK_N tiles,
 keeping a running row max and rescaled row sum. fp32 operands use 3xTF32 dots (near-fp32
 accuracy on tensor cores). Algorithms: "online-softmax" (3xTF32) and "online-softmax-ieee".
+
+Causal attention: SDPA's is_causal, or a written-out mask that the op graph reports as a
+canonical upper-triangular `tri_mask` (triu(ones(n, n), d), ~tril(...), arange comparisons...)
+applied with masked_fill(mask, -inf) or added as a -inf/0 tensor. Key j is visible to query i
+when j - i < d (d = 1: the usual causal mask). The kernel computes the mask from indices: key
+blocks entirely visible run unmasked, diagonal blocks are masked, blocks past it are skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class AttnPlan:
     scale: float | None  # None: 1/sqrt(D) at run time
     causal: bool
     dtype: str
+    diag: int = 1  # causal: key j is visible to query i when j - i < diag
 
 
 def _const(x: Any) -> float:
@@ -63,14 +70,22 @@ def match(view: GraphView) -> AttnPlan | None:
         raise Unsupported("attention followed by more ops")
     between = nodes[nodes.index(s1) + 1 : nodes.index(sm)]
     scale = 1.0
+    diag: int | None = None
+    masks = {n.name for n in between if n.op == "tri_mask"}
     for n in between:
         refs = view.refs(n)
+        if n.op == "tri_mask":
+            continue
         if n.op == "mul" and len(refs) == 1:
             scale *= _const(n.args[1] if is_node(n.args[0]) else n.args[0])
         elif n.op == "div" and len(refs) == 1 and is_node(n.args[0]):
             scale /= _const(n.args[1])
+        elif n.op in ("masked_fill", "add") and diag is None and any(r in masks for r in refs):
+            diag = _causal_mask(view, n, s1)
         else:
             raise Unsupported(f"{n.op} between the score matmul and the softmax")
+    if diag is not None and scale <= 0:
+        raise Unsupported("causal mask with a non-positive score scale")
     rank = len(sm.shape or [])
     if int(arg_value(sm, 1, "dim", -1)) % max(rank, 1) != rank - 1:
         raise Unsupported("attention softmax not over the key dim")
@@ -91,8 +106,52 @@ def match(view: GraphView) -> AttnPlan | None:
     if head_dim and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
         scale = None
     return AttnPlan(
-        _operand(view, s1.args[0]), k_expr, _operand(view, s2.args[1]), scale, False, s2.dtype or "float32"
+        _operand(view, s1.args[0]),
+        k_expr,
+        _operand(view, s2.args[1]),
+        scale,
+        diag is not None,
+        s2.dtype or "float32",
+        diag if diag is not None else 1,
     )
+
+
+def _neg_inf(v: Any) -> bool:
+    if isinstance(v, dict):
+        return v.get("float") == "-inf"
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v <= -1e30
+
+
+def _causal_mask(view: GraphView, n: Any, s1: Any) -> int:
+    """The diagonal d of a causal mask applied by `n` (masked_fill or add), or Unsupported."""
+    refs = view.refs(n)
+    if n.op == "masked_fill":
+        if len(refs) != 2:
+            raise Unsupported("masked_fill with a tensor-valued fill in attention")
+        mask = view.nodes[refs[1]]
+        if refs[0] == refs[1] or mask.op != "tri_mask" or not is_node(n.args[0]):
+            raise Unsupported("masked_fill of the scores with a mask that is not an index mask")
+        if mask.kwargs.get("fill") is not True:
+            raise Unsupported("masked_fill with a non-boolean mask")
+        if not _neg_inf(arg_value(n, 2, "value")):
+            raise Unsupported("attention mask fill is not -inf")
+    else:
+        masks = [r for r in refs if view.nodes[r].op == "tri_mask"]
+        if len(refs) != 2 or len(masks) != 1:
+            raise Unsupported("attention scores plus a tensor that is not an index mask")
+        mask = view.nodes[masks[0]]
+        if n.kwargs.get("alpha") not in (None, 1, 1.0) or not _neg_inf(mask.kwargs.get("fill")):
+            raise Unsupported("additive attention mask is not 0 / -inf")
+    kw = mask.kwargs
+    if not kw.get("upper"):
+        raise Unsupported("attention mask hides the lower triangle (not causal)")
+    scores = s1.shape or []
+    if len(scores) < 2 or [kw.get("rows"), kw.get("cols")] != scores[-2:]:
+        raise Unsupported("attention mask does not span the score matrix")
+    d = int(kw.get("diagonal", 1))
+    if d < 1:
+        raise Unsupported(f"causal mask with diagonal {d} hides whole rows")
+    return d
 
 
 def algorithms(plan: AttnPlan) -> list[str]:
@@ -116,9 +175,42 @@ def valid(plan: AttnPlan, params: dict[str, Any]) -> str | None:
     return None
 
 
-def _kernel(precision: str | None, causal: bool) -> str:
+def _kernel(precision: str | None, causal: bool, diag: int = 1) -> str:
     prec = f', input_precision="{precision}"' if precision else ""
-    causal_line = "        s = tl.where(rn[None, :] <= rm[:, None], s, -float('inf'))\n" if causal else ""
+
+    def block(masked: bool, ind: str) -> str:
+        lines = [
+            "rn = start + tl.arange(0, BLOCK_N)",
+            "kt = tl.load(k_ptr + bh * s_kb + rn[None, :] * s_kn + rd[:, None] * s_kd,",
+            "             mask=(rn < N)[None, :] & (rd < D)[:, None], other=0.0)",
+            f"s = tl.dot(q, kt{prec}) * scale",
+            "s = tl.where((rn < N)[None, :], s, -float('inf'))",
+            *([f"s = tl.where(rn[None, :] < rm[:, None] + {int(diag)}, s, -float('inf'))"] if masked else []),
+            "m_new = tl.maximum(m_i, tl.max(s, 1))",
+            "# rows with no valid key yet keep m = -inf: rescale by 0, not by exp(nan)",
+            "alpha = tl.where(m_new == -float('inf'), 0.0, tl.exp(m_i - m_new))",
+            "p = tl.exp(s - tl.where(m_new == -float('inf'), 0.0, m_new)[:, None])",
+            "l_i = l_i * alpha + tl.sum(p, 1)",
+            "v = tl.load(v_ptr + bh * s_vb + rn[:, None] * s_vn + rdv[None, :] * s_vd,",
+            "            mask=(rn < N)[:, None] & (rdv < DV)[None, :], other=0.0)",
+            f"acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{prec})",
+            "m_i = m_new",
+        ]
+        return "\n".join(ind + ln for ln in lines) + "\n"
+
+    if causal:
+        loops = (
+            "    # keys below lo are visible to every row of this block: no mask needed there\n"
+            f"    lo = tl.minimum(((pid_m * BLOCK_M + {int(diag)}) // BLOCK_N) * BLOCK_N, N)\n"
+            "    # keys at or past hi are hidden from every row of this block: skipped\n"
+            f"    hi = tl.minimum(pid_m * BLOCK_M + BLOCK_M{f' + {int(diag) - 1}' if diag != 1 else ''}, N)\n"
+            "    for start in range(0, lo, BLOCK_N):\n"
+            + block(False, "        ")
+            + "    for start in range(lo, hi, BLOCK_N):\n"
+            + block(True, "        ")
+        )
+    else:
+        loops = "    for start in range(0, N, BLOCK_N):\n" + block(False, "        ")
     return f"""
 @triton.jit
 def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, n_heads_total, scale,
@@ -134,22 +226,7 @@ def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, n_heads_total, scal
     m_i = tl.full([BLOCK_M], -float('inf'), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        rn = start + tl.arange(0, BLOCK_N)
-        kt = tl.load(k_ptr + bh * s_kb + rn[None, :] * s_kn + rd[:, None] * s_kd,
-                     mask=(rn < N)[None, :] & (rd < D)[:, None], other=0.0)
-        s = tl.dot(q, kt{prec}) * scale
-        s = tl.where((rn < N)[None, :], s, -float('inf'))
-{causal_line}        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # rows with no valid key yet keep m = -inf: rescale by 0, not by exp(nan)
-        alpha = tl.where(m_new == -float('inf'), 0.0, tl.exp(m_i - m_new))
-        p = tl.exp(s - tl.where(m_new == -float('inf'), 0.0, m_new)[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + bh * s_vb + rn[:, None] * s_vn + rdv[None, :] * s_vd,
-                    mask=(rn < N)[:, None] & (rdv < DV)[None, :], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{prec})
-        m_i = m_new
-    out = acc / l_i[:, None]
+{loops}    out = acc / l_i[:, None]
     tl.store(o_ptr + bh * s_ob + rm[:, None] * s_om + rdv[None, :] * s_od, out.to(o_ptr.dtype.element_ty),
              mask=(rm < M)[:, None] & (rdv < DV)[None, :])
 """
@@ -201,7 +278,7 @@ def launch_attention(q, k, v):
     )
     return assemble(
         desc,
-        _kernel(precision, plan.causal),
+        _kernel(precision, plan.causal, plan.diag),
         launcher,
         f"return launch_attention({plan.q}, {plan.k}, {plan.v})",
         doc,

@@ -26,8 +26,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from . import elementwise as ew
-from .libconv import LIB_OPS
-from .libconv import _arg_expr as conv_arg
+from .libconv import LIB_OPS, library_call
 
 
 @dataclass
@@ -62,15 +61,7 @@ def match(view: GraphView) -> BnPlan | None:
         if len(pre) != 1 or pre[0].op not in LIB_OPS | {"linear"}:
             raise Unsupported("batch_norm input is computed by something other than one conv or linear")
         c = pre[0]
-        if c.kind == "call_module":
-            conv_call = f"self.{c.target}({conv_arg(view, c.args[0])})"
-        elif c.target.startswith("torch."):
-            args = [conv_arg(view, a) for a in c.args] + [
-                f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()
-            ]
-            conv_call = f"{c.target}({', '.join(args)})"
-        else:
-            raise Unsupported(f"{c.op} called as {c.target}")
+        conv_call = library_call(view, c)
         x_expr = "t_conv"
         lib_op = "linear" if c.op == "linear" else "conv"
     else:

@@ -10,6 +10,18 @@ Algorithms (the seeds):
                  is one Triton kernel
 Epilogue operands (bias, residuals, scales) are read through their broadcast strides, so any
 tensor that broadcasts to the output works without a copy.
+
+Row-reduction epilogue: GEMM -> elementwise chain -> sum / mean / amax / amin (or max/min(dim)
+values) over the output-feature (last) dim, e.g. F.gelu(linear(x)).sum(1). Algorithms:
+  tiled+atomic-rowreduce   each BLOCK_M x BLOCK_N tile applies the epilogue, reduces its rows and
+                           atomically combines the partial row results into the (M,) output
+                           (zero / -inf initialised); order-dependent fp32 rounding, in tolerance
+  tiled+rowreduce-kernel   the tiled GEMM writes the (M, N) epilogue result, a second kernel
+                           reduces each row (deterministic, one extra M x N round trip)
+  tiled-rowband            one program per BLOCK_M row band loops over every N tile, keeping the
+                           row results in registers (deterministic, no atomics, fewer programs)
+  tiled-ieee+atomic-rowreduce  the atomic variant with true fp32 dot products
+  library+fused-epilogue-rowreduce  library matmul, then one kernel: epilogue + row reduction
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from typing import Any
 from graph.records import TaskDescription
 
 from .. import ewops
-from ..chain import Chain, collect_chain
+from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
 from . import elementwise as ew
 
@@ -40,6 +52,14 @@ class GemmPlan:
     k: int
     dtype: str
     leaves_in_forward: list[str] = field(default_factory=list)
+    # Row-reduction epilogue over the last (output-feature) dim, applied after `epilogue`.
+    reduce: str | None = None  # "sum" | "mean" | "max" | "min"
+    keepdim: bool = False
+
+
+# reduction op -> (kind, identity literal)
+ROW_REDUCE = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min"}
+_RED_IDENTITY = {"sum": "0.0", "mean": "0.0", "max": "-float('inf')", "min": "float('inf')"}
 
 
 def _operand(view: GraphView, ref: Any, depth: int = 0) -> str:
@@ -81,6 +101,7 @@ def match(view: GraphView) -> GemmPlan | None:
         if n.op not in VIEW_OPS:
             raise Unsupported(f"{n.op} before the matmul is not fused")
     epi_nodes = nodes[nodes.index(g) + 1 :]
+    epi_nodes, reduce, keepdim = _row_reduction(view, g, epi_nodes)
     epilogue = collect_chain(view, epi_nodes, internal={g.name})
     for n in epi_nodes:
         if n.shape != g.shape:
@@ -109,6 +130,8 @@ def match(view: GraphView) -> GemmPlan | None:
             shape[-1] if shape else 0,
             k,
             g.dtype or "float32",
+            reduce=reduce,
+            keepdim=keepdim,
         )
     a_ref = g.args[0] if g.args else g.kwargs.get("input")
     b_ref = g.args[1] if len(g.args) > 1 else g.kwargs.get("other", g.kwargs.get("mat2"))
@@ -127,7 +150,46 @@ def match(view: GraphView) -> GemmPlan | None:
         shape[-1],
         a_shape[-1],
         g.dtype or "float32",
+        reduce=reduce,
+        keepdim=keepdim,
     )
+
+
+def _row_reduction(view: GraphView, g: Any, epi: list[Any]) -> tuple[list[Any], str | None, bool]:
+    """Split a final reduction over the GEMM output's last dim off the elementwise epilogue.
+
+    Returns (elementwise epilogue nodes, reduction kind or None, keepdim)."""
+    reds = [i for i, n in enumerate(epi) if n.op in ROW_REDUCE]
+    if not reds:
+        return epi, None, False
+    i = reds[0]
+    red = epi[i]
+    tail = epi[i + 1 :]
+    rank = len(g.shape or [])
+    dim = arg_value(red, 1, "dim")
+    if red.op in ("max", "min"):
+        # torch.max(x, dim) is a (values, indices) tuple: only the values are a row reduction.
+        if dim is None or is_node(dim):
+            raise Unsupported(f"{red.op} after the matmul is not a row reduction")
+        if len(tail) != 1 or tail[0].op not in ("getitem", "getattr") or view.refs(tail[0]) != [red.name]:
+            raise Unsupported(f"{red.op}(dim) after the matmul used as a tuple")
+        idx = tail[0].args[1] if len(tail[0].args) > 1 else None
+        if idx not in (0, "values"):
+            raise Unsupported(f"{red.op}(dim) indices after the matmul")
+        tail = []
+    if tail:
+        raise Unsupported(f"{tail[0].op} after the row reduction of the matmul output")
+    if dim is None or is_node(dim) or rank == 0:
+        raise Unsupported(f"{red.op} of the matmul output over all dims")
+    dims = {int(d) % rank for d in (dim if isinstance(dim, list) else [dim])}
+    if dims != {rank - 1}:
+        raise Unsupported(f"{red.op} of the matmul output over dim(s) {sorted(dims)}, not the last")
+    if arg_value(red, 99, "dtype") is not None:
+        raise Unsupported(f"{red.op}(dtype=...) after the matmul")
+    src = epi[i - 1].name if i > 0 else g.name
+    if view.refs(red) != [src]:
+        raise Unsupported(f"{red.op} does not reduce the matmul epilogue's result")
+    return epi[:i], ROW_REDUCE[red.op], bool(arg_value(red, 2, "keepdim", False))
 
 
 def _prod(xs: list[int]) -> int:
@@ -137,7 +199,20 @@ def _prod(xs: list[int]) -> int:
     return p
 
 
+ATOMIC = "tiled+atomic-rowreduce"
+ATOMIC_IEEE = "tiled-ieee+atomic-rowreduce"
+TWO_KERNEL = "tiled+rowreduce-kernel"
+ROWBAND = "tiled-rowband"
+LIB_REDUCE = "library+fused-epilogue-rowreduce"
+
+
 def algorithms(plan: GemmPlan) -> list[str]:
+    if plan.reduce is not None:
+        algos = [ATOMIC, TWO_KERNEL, ROWBAND]
+        if plan.dtype == "float32":
+            algos.append(ATOMIC_IEEE)
+        algos.append(LIB_REDUCE)
+        return algos
     algos = ["tiled"]
     if plan.dtype == "float32":
         algos.append("tiled-ieee")
@@ -152,6 +227,11 @@ def algorithms(plan: GemmPlan) -> list[str]:
 
 
 def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm == ROWBAND:
+        # One program per row band: smaller bands keep more programs in flight.
+        return {"SPLIT_K": 1, "BLOCK_M": 64, "BLOCK_N": 128}
+    if algorithm == LIB_REDUCE:
+        return {}
     if algorithm == "split-k":
         return {"SPLIT_K": 8, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
     if algorithm == "library+fused-epilogue":
@@ -159,12 +239,8 @@ def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
     return {"SPLIT_K": 1}
 
 
-def valid(plan: GemmPlan, params: dict[str, Any]) -> str | None:
-    algo = params["algorithm"]
-    if algo == "library+fused-epilogue":
-        return None
-    if algo != "split-k" and params.get("SPLIT_K", 1) != 1:
-        return "SPLIT_K applies to split-k only"
+def dot_tile_problem(params: dict[str, Any]) -> str | None:
+    """Why BLOCK_M x BLOCK_N x BLOCK_K tl.dot tiles cannot run on sm_90 (None when they can)."""
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
     if min(bm, bn, bk) < 16:
         return "tl.dot needs tiles of at least 16"
@@ -177,11 +253,24 @@ def valid(plan: GemmPlan, params: dict[str, Any]) -> str | None:
     return None
 
 
+def valid(plan: GemmPlan, params: dict[str, Any]) -> str | None:
+    algo = params["algorithm"]
+    if algo in ("library+fused-epilogue", LIB_REDUCE):
+        return None
+    if algo != "split-k" and params.get("SPLIT_K", 1) != 1:
+        return "SPLIT_K applies to split-k only"
+    return dot_tile_problem(params)
+
+
 def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     if params["algorithm"] == "library+fused-epilogue":
         from ..spaces import SPACES
 
         return SPACES["elementwise"].get(stage, {})
+    if params["algorithm"] == LIB_REDUCE:
+        return {}  # the row-reduce kernel sizes its own tiles
+    if params["algorithm"] == ROWBAND and stage == "mapping":
+        return {}  # one program per row band: no tile order to choose
     sp = dict(sp)
     if params["algorithm"] == "split-k" and stage == "mapping":
         sp["SPLIT_K"] = [4, 16, 2]
@@ -196,6 +285,33 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
 
         p.update(DEFAULTS["gemm"], algorithm="tiled")
         out.append(("refine:fuse-epilogue-into-gemm", p, "write the output once: epilogue in the GEMM store"))
+    if params["algorithm"] == LIB_REDUCE:
+        from ..spaces import DEFAULTS
+
+        p = dict(DEFAULTS["gemm"], algorithm=ATOMIC)
+        out.append(
+            (
+                "refine:fuse-epilogue-into-gemm",
+                p,
+                "no M x N round trip: epilogue and row reduction in the GEMM",
+            )
+        )
+    if params["algorithm"] == TWO_KERNEL:
+        out.append(
+            (
+                "refine:fuse-rowreduce",
+                dict(params, algorithm=ATOMIC),
+                "reduce each tile's rows in the GEMM and combine them atomically: no M x N round trip",
+            )
+        )
+    if params["algorithm"] == ATOMIC_IEEE:
+        out.append(
+            (
+                "refine:3xtf32",
+                dict(params, algorithm=ATOMIC),
+                "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
+            )
+        )
     if params["algorithm"] == "tiled-ieee" and plan.dtype == "float32":
         out.append(
             (
@@ -208,6 +324,14 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
 
 
 def safer(plan: GemmPlan, params: dict[str, Any], rule: str) -> list[tuple[str, dict[str, Any], str]]:
+    if params["algorithm"] == ATOMIC and plan.dtype == "float32" and "mismatch" in rule:
+        return [
+            (
+                "fix:mismatch:ieee",
+                dict(params, algorithm=ATOMIC_IEEE),
+                "exact fp32 dot products in case 3xTF32 rounding exceeds the tolerance",
+            )
+        ]
     if params["algorithm"] == "tiled" and plan.dtype == "float32" and "mismatch" in rule:
         return [
             (
@@ -261,7 +385,29 @@ def _bias_lines(plan: GemmPlan) -> list[str]:
     return ["acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]"]
 
 
-def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool) -> str:
+def _row_combine(plan: GemmPlan, tile: str) -> str:
+    """Expression reducing a masked (BLOCK_M, BLOCK_N) tile over its columns."""
+    fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}[plan.reduce or "sum"]
+    return f"{fn}(tl.where(cmask, {tile}, {_RED_IDENTITY[plan.reduce or 'sum']}), 1)"
+
+
+def _k_loop(prec: str, indent: str = "") -> list[str]:
+    return [
+        f"{indent}for k0 in range(0, K, BLOCK_K):",
+        f"{indent}    if EVEN_K:",
+        f"{indent}        a = tl.load(a_ptrs)",
+        f"{indent}        b = tl.load(b_ptrs)",
+        f"{indent}    else:",
+        f"{indent}        kmask = (k0 + rk) < K",
+        f"{indent}        a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
+        f"{indent}        b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
+        f"{indent}    acc = tl.dot(a, b, acc{prec})",
+        f"{indent}    a_ptrs += BLOCK_K * s_ak",
+        f"{indent}    b_ptrs += BLOCK_K * s_bk",
+    ]
+
+
+def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool, atomic: bool = False) -> str:
     bias_sig = ", bias_ptr" if plan.bias_expr else ""
     prec = f', input_precision="{precision}"' if precision else ""
     L = [
@@ -310,20 +456,35 @@ def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool) -> str:
             "GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr"
         )
         name = "gemm_splitk_kernel"
+    elif atomic:
+        # Row-reduction epilogue: reduce this tile's rows, combine partials across N tiles atomically.
+        epi, last = _epilogue_lines(plan, "acc")
+        atom = {
+            "sum": "tl.atomic_add",
+            "mean": "tl.atomic_add",
+            "max": "tl.atomic_max",
+            "min": "tl.atomic_min",
+        }
+        L += [
+            *_k_loop(prec),
+            *_bias_lines(plan),
+            "cmask = (rm < M)[:, None] & (rn < N)[None, :]",
+            *epi,
+            f"part = {_row_combine(plan, last)}",
+            *(["part = part * inv_n"] if plan.reduce == "mean" else []),
+            f'{atom[plan.reduce or "sum"]}(r_ptr + bid * M + rm, part, mask=rm < M, sem="relaxed")',
+        ]
+        sig = (
+            f"a_ptr, b_ptr, r_ptr{bias_sig}, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, "
+            f"inv_n{_epi_sig(plan)}, "
+            "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+            "GROUP_M: tl.constexpr, EVEN_K: tl.constexpr"
+        )
+        name = "gemm_rowreduce_kernel"
     else:
         epi, last = _epilogue_lines(plan, "acc")
         L += [
-            "for k0 in range(0, K, BLOCK_K):",
-            "    if EVEN_K:",
-            "        a = tl.load(a_ptrs)",
-            "        b = tl.load(b_ptrs)",
-            "    else:",
-            "        kmask = (k0 + rk) < K",
-            "        a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
-            "        b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
-            f"    acc = tl.dot(a, b, acc{prec})",
-            "    a_ptrs += BLOCK_K * s_ak",
-            "    b_ptrs += BLOCK_K * s_bk",
+            *_k_loop(prec),
             *_bias_lines(plan),
             "cmask = (rm < M)[:, None] & (rn < N)[None, :]",
             *epi,
@@ -338,6 +499,80 @@ def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool) -> str:
         )
         name = "gemm_kernel"
     return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + ln for ln in L) + "\n"
+
+
+def _rowband_kernel(plan: GemmPlan, precision: str | None) -> str:
+    """One program per BLOCK_M rows: loop over the N tiles, each a full-K GEMM tile + epilogue,
+    and keep the running row results in registers (deterministic, no atomics)."""
+    bias_sig = ", bias_ptr" if plan.bias_expr else ""
+    prec = f', input_precision="{precision}"' if precision else ""
+    epi, last = _epilogue_lines(plan, "acc")
+    comb = (
+        "row + {t}"
+        if plan.reduce in ("sum", "mean")
+        else f"tl.{'maximum' if plan.reduce == 'max' else 'minimum'}(row, {{t}})"
+    )
+    L = [
+        "pid_m = tl.program_id(0)",
+        "bid = tl.program_id(1).to(tl.int64)",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "rk = tl.arange(0, BLOCK_K)",
+        "ra = tl.where(rm < M, rm, 0)",
+        f"row = tl.full((BLOCK_M,), {_RED_IDENTITY[plan.reduce or 'sum']}, tl.float32)",
+        "for n0 in range(0, N, BLOCK_N):",
+        "    rn = n0 + tl.arange(0, BLOCK_N)",
+        "    rb = tl.where(rn < N, rn, 0)",
+        "    a_ptrs = a_ptr + bid * s_ab + ra[:, None] * s_am + rk[None, :] * s_ak",
+        "    b_ptrs = b_ptr + bid * s_bb + rk[:, None] * s_bk + rb[None, :] * s_bn",
+        "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        *_k_loop(prec, "    "),
+        *("    " + ln for ln in _bias_lines(plan)),
+        "    cmask = (rm < M)[:, None] & (rn < N)[None, :]",
+        *("    " + ln for ln in epi),
+        "    row = " + comb.format(t=_row_combine(plan, last)),
+        *(["row = row * inv_n"] if plan.reduce == "mean" else []),
+        "tl.store(r_ptr + bid * M + rm, row.to(r_ptr.dtype.element_ty), mask=rm < M)",
+    ]
+    sig = (
+        f"a_ptr, b_ptr, r_ptr{bias_sig}, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, "
+        f"inv_n{_epi_sig(plan)}, "
+        "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr"
+    )
+    return "@triton.jit\ndef gemm_rowband_kernel(" + sig + "):\n" + "\n".join("    " + ln for ln in L) + "\n"
+
+
+def _rowreduce_kernel(plan: GemmPlan, with_epilogue: bool) -> str:
+    """Reduce each row of a (batch, M, N) tensor (strided), optionally applying the elementwise
+    epilogue on load (library matmul variant); accumulates a (BLOCK_M, BLOCK_N) fp32 tile."""
+    ident = _RED_IDENTITY[plan.reduce or "sum"]
+    if with_epilogue:
+        epi, last = _epilogue_lines(plan, "x")
+        esig = _epi_sig(plan)
+    else:
+        epi, last, esig = [], "x", ""
+    if plan.reduce in ("sum", "mean"):
+        upd, fin = f"acc = acc + tl.where(cmask, {last}, 0.0)", "tl.sum(acc, 1)"
+    else:
+        f = "maximum" if plan.reduce == "max" else "minimum"
+        upd, fin = f"acc = tl.{f}(acc, tl.where(cmask, {last}, {ident}))", f"tl.{plan.reduce}(acc, 1)"
+    L = [
+        "pid_m = tl.program_id(0)",
+        "bid = tl.program_id(1).to(tl.int64)",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        f"acc = tl.full((BLOCK_M, BLOCK_N), {ident}, tl.float32)",
+        "for n0 in range(0, N, BLOCK_N):",
+        "    rn = n0 + tl.arange(0, BLOCK_N)",
+        "    cmask = (rm < M)[:, None] & (rn < N)[None, :]",
+        "    x = tl.load(x_ptr + bid * s_xb + rm[:, None] * s_xm + rn[None, :] * s_xn, mask=cmask, other=0.0)",
+        "    x = x.to(tl.float32)",
+        *("    " + ln for ln in epi),
+        "    " + upd,
+        f"row = {fin}",
+        *(["row = row * inv_n"] if plan.reduce == "mean" else []),
+        "tl.store(r_ptr + bid * M + rm, row.to(r_ptr.dtype.element_ty), mask=rm < M)",
+    ]
+    sig = f"x_ptr, r_ptr, M, N, s_xb, s_xm, s_xn, inv_n{esig}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr"
+    return "@triton.jit\ndef rowreduce_kernel(" + sig + "):\n" + "\n".join("    " + ln for ln in L) + "\n"
 
 
 def _reduce_kernel(plan: GemmPlan) -> str:
@@ -405,6 +640,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     algo = params["algorithm"]
     tensors, scal = _leaf_args(plan.epilogue)
     leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
+    if plan.reduce is not None:
+        return _generate_rowreduce(desc, plan, params)
     if algo == "library+fused-epilogue":
         return _generate_library(desc, view, plan, params)
     precision = None
@@ -426,12 +663,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
         "        return out",
         "    c3 = out.view(nb, M, N)",
     ]
-    epi_call = []
-    for t in tensors:
-        L.append(f"    {t}_e, {t}_sb, {t}_sm, {t}_sn = _epi_view({t}, out_shape, nb, M, N)")
-        epi_call += [f"{t}_e", f"{t}_sb", f"{t}_sm", f"{t}_sn"]
-    epi_call += [f"float({s})" for s in scal]
-    epi = "".join(f", {x}" for x in epi_call)
+    leaf_lines, epi = leaf_launch_args(
+        tensors, scal, "_epi_view({t}, out_shape, nb, M, N)", ("sb", "sm", "sn")
+    )
+    L += leaf_lines
     if plan.bias_expr:
         L.append("    bias = bias.contiguous()")
     strides = (
@@ -497,3 +732,127 @@ def _generate_library(desc: TaskDescription, view: GraphView, plan: GemmPlan, pa
         f"EGG expert: gemm family ({plan.kind}), algorithm library-{plan.kind}+fused-epilogue (mixed policy)."
     )
     return assemble(desc, "\n\n".join(kernels), "\n\n".join(launchers), fwd, doc)
+
+
+def _generate_rowreduce(desc: TaskDescription, plan: GemmPlan, params: dict[str, Any]) -> str:
+    """GEMM + elementwise epilogue + reduction over the output-feature dim (see the module doc)."""
+    algo = params["algorithm"]
+    if algo not in (ATOMIC, ATOMIC_IEEE, TWO_KERNEL, ROWBAND, LIB_REDUCE):
+        raise Unsupported(f"algorithm {algo} does not apply to a GEMM with a row reduction")
+    tensors, scal = _leaf_args(plan.epilogue)
+    leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
+    precision = None
+    if plan.dtype == "float32":
+        precision = "ieee" if "ieee" in algo else "tf32x3"
+    red = plan.reduce or "sum"
+    init = {"sum": "torch.zeros", "mean": "torch.zeros"}.get(red)
+    fill = {"max": "float('-inf')", "min": "float('inf')"}.get(red)
+    keep = " + (1,)" if plan.keepdim else ""
+    lib = algo == LIB_REDUCE
+    sig = ", ".join(
+        (["t"] if lib else ["a", "b"]) + (["bias"] if plan.bias_expr and not lib else []) + tensors + scal
+    )
+    L = [f"def launch_gemm_rowreduce({sig}):"]
+    if lib:
+        # t: the library GEMM's output; reduce its rows as one (1, rows, N) batch.
+        L += [
+            "    out_shape = tuple(t.shape)",
+            "    N = out_shape[-1]",
+            "    nb, M = 1, t.numel() // max(N, 1)",
+            "    x3 = t.reshape(1, M, N)",
+            "    dtype, device = t.dtype, t.device",
+        ]
+    else:
+        L += [
+            "    a3, b3, nb, M, N, K, out_shape = _gemm_operands(a, b)",
+            "    dtype, device = a.dtype, a.device",
+        ]
+    L.append(f"    red_shape = tuple(out_shape[:-1]){keep}")
+    if algo in (ATOMIC, ATOMIC_IEEE):
+        # Partial row results are combined atomically: start from the reduction's identity.
+        if init:
+            L.append(f"    r = {init}(red_shape, device=device, dtype=torch.float32)")
+        else:
+            L.append(f"    r = torch.full(red_shape, {fill}, device=device, dtype=torch.float32)")
+    else:
+        L.append("    r = torch.empty(red_shape, device=device, dtype=torch.float32)")
+    L += [
+        "    if r.numel() == 0 or N == 0:",
+        "        return r.to(dtype)",
+        "    inv_n = 1.0 / N",
+    ]
+    epi_call: list[str] = []
+    for t in tensors:
+        L.append(f"    {t}_e, {t}_sb, {t}_sm, {t}_sn = _epi_view({t}, out_shape, nb, M, N)")
+        epi_call += [f"{t}_e", f"{t}_sb", f"{t}_sm", f"{t}_sn"]
+    epi_call += [f"float({x})" for x in scal]
+    epi = "".join(f", {x}" for x in epi_call)
+    bias_arg = ", bias" if plan.bias_expr and not lib else ""
+    if plan.bias_expr and not lib:
+        L.append("    bias = bias.contiguous()")
+    strides = (
+        "a3.stride(0) if a3.shape[0] > 1 else 0, a3.stride(1), a3.stride(2), "
+        "b3.stride(0) if b3.shape[0] > 1 else 0, b3.stride(1), b3.stride(2)"
+    )
+    bm, bn, bk = (int(params.get(k, 0)) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    gm = int(params.get("GROUP_M", 8))
+    warps, stages = int(params.get("num_warps", 4)), int(params.get("num_stages", 3))
+    even = f"EVEN_K=(K % {bk} == 0)" if bk else ""
+    # Row-reduce kernel tiles (two-kernel and library variants): wide rows, a few rows per program.
+    rtile = [
+        "    rbn = min(512, max(16, triton.next_power_of_2(N)))",
+        "    rbm = max(1, min(64, 4096 // rbn))",
+        "    rgrid = (triton.cdiv(M, rbm), nb)",
+    ]
+    kernels = [ewops.HELPERS]
+    if algo in (ATOMIC, ATOMIC_IEEE):
+        kernels.append(_gemm_kernel(plan, precision, split=False, atomic=True))
+        L += [
+            f"    grid = (triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}), nb)",
+            f"    gemm_rowreduce_kernel[grid](a3, b3, r{bias_arg}, M, N, K, {strides}, inv_n{epi}, "
+            f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={gm}, {even}, "
+            f"num_warps={warps}, num_stages={stages})",
+        ]
+    elif algo == ROWBAND:
+        kernels.append(_rowband_kernel(plan, precision))
+        L += [
+            f"    grid = (triton.cdiv(M, {bm}), nb)",
+            f"    gemm_rowband_kernel[grid](a3, b3, r{bias_arg}, M, N, K, {strides}, inv_n{epi}, "
+            f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, {even}, num_warps={warps}, num_stages={stages})",
+        ]
+    elif algo == TWO_KERNEL:
+        kernels += [_gemm_kernel(plan, precision, split=False), _rowreduce_kernel(plan, with_epilogue=False)]
+        L += [
+            # fp32 intermediate: the epilogue result is reduced at full precision.
+            "    y = torch.empty((nb, M, N), device=device, dtype=torch.float32)",
+            f"    grid = (triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}), nb)",
+            f"    gemm_kernel[grid](a3, b3, y{bias_arg}, M, N, K, {strides}, y.stride(0), y.stride(1), "
+            f"y.stride(2){epi}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={gm}, {even}, "
+            f"num_warps={warps}, num_stages={stages})",
+            *rtile,
+            "    rowreduce_kernel[rgrid](y, r, M, N, y.stride(0), y.stride(1), y.stride(2), inv_n, "
+            "BLOCK_M=rbm, BLOCK_N=rbn, num_warps=4)",
+        ]
+    else:
+        kernels.append(_rowreduce_kernel(plan, with_epilogue=True))
+        L += [
+            *rtile,
+            "    rowreduce_kernel[rgrid](x3, r, M, N, x3.stride(0), x3.stride(1), x3.stride(2), "
+            f"inv_n{epi}, BLOCK_M=rbm, BLOCK_N=rbn, num_warps=4)",
+        ]
+    L.append("    return r if dtype == torch.float32 else r.to(dtype)")
+    if lib:
+        if plan.kind == "linear":
+            w = plan.b_expr[: -len(".t()")]
+            gemm = f"torch.nn.functional.linear({plan.a_expr}, {w}, {plan.bias_expr or 'None'})"
+        else:
+            gemm = f"torch.matmul({plan.a_expr}, {plan.b_expr})"
+        call = [f"t_{plan.gemm_node}", *leaf_exprs]
+        fwd = f"t_{plan.gemm_node} = {gemm}\nreturn launch_gemm_rowreduce({', '.join(call)})"
+    else:
+        call = [plan.a_expr, plan.b_expr] + ([plan.bias_expr] if plan.bias_expr else []) + leaf_exprs
+        fwd = f"return launch_gemm_rowreduce({', '.join(call)})"
+    doc = f"EGG expert: gemm family ({plan.kind} + row {red}), algorithm {algo}" + (
+        f", precision {precision}." if precision and not lib else "."
+    )
+    return assemble(desc, "\n\n".join(kernels), _SHAPES + "\n\n" + "\n".join(L) + "\n", fwd, doc)

@@ -17,8 +17,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
-from .libconv import LIB_OPS
-from .libconv import _arg_expr as conv_arg
+from .libconv import LIB_OPS, library_call
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
 
@@ -94,15 +93,7 @@ def match(view: GraphView) -> PoolPlan | None:
     conv_call = None
     if pro and pro[0].op in LIB_OPS:
         c = pro[0]
-        if c.kind == "call_module":
-            conv_call = f"self.{c.target}({conv_arg(view, c.args[0])})"
-        elif c.target.startswith("torch."):
-            args = [conv_arg(view, a) for a in c.args] + [
-                f"{k}={conv_arg(view, v)}" for k, v in c.kwargs.items()
-            ]
-            conv_call = f"{c.target}({', '.join(args)})"
-        else:
-            raise Unsupported(f"{c.op} called as {c.target}")
+        conv_call = library_call(view, c)
         # The conv output becomes the pooled tensor leaf (computed by the library call).
         view = dataclasses.replace(view, leaves={**view.leaves, c.name: Leaf(c.name, "t_conv", c.shape)})
         pro = pro[1:]
