@@ -2,7 +2,7 @@
 
 Parses the optimize CLI contract, then behaves according to the task's file stem:
 FAKE_OPT_MODES="stem=mode,..." with mode one of ok | nokernel | badinput | crash | hang |
-noreport | lie | orphan; stems containing "degenerate" get a checker degenerate note; stems containing "transpose3d" default to nokernel, others to ok.
+noreport | lie | orphan; stems containing "degenerate" get a checker degenerate note; stems containing "sort" default to nokernel, others to ok.
 FAKE_OPT_SLEEP: seconds to sleep before finishing (for resume/interrupt tests).
 FAKE_OPT_TIMING=1: write GPU-like timing (deterministic per task) instead of timing=null.
 FAKE_OPT_LOG: file to which each invocation appends "<stem> <CUDA_VISIBLE_DEVICES>".
@@ -33,7 +33,7 @@ def main() -> int:
     a = ap.parse_args()
     stem = Path(a.task).stem
     modes = dict(kv.split("=", 1) for kv in os.environ.get("FAKE_OPT_MODES", "").split(",") if "=" in kv)
-    mode = modes.get(stem, "nokernel" if "transpose3d" in stem else "ok")
+    mode = modes.get(stem, "nokernel" if "sort" in stem else "ok")
     if log := os.environ.get("FAKE_OPT_LOG"):
         with open(log, "a") as f:
             f.write(f"{stem} {os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}\n")

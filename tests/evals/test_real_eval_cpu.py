@@ -27,12 +27,12 @@ pytestmark = pytest.mark.slow
 
 LEVEL = "realcpu"
 SUBSET = {
-    "a_conv_transpose3d": "s05_conv_transpose3d",
+    "a_sort_rows": "s05_sort_rows",
     "b_elementwise_chain": "s01_elementwise_chain",
     "c_softmax": "s02_softmax",
 }
 IDS = [f"{LEVEL}__{stem}" for stem in SUBSET]
-UNSUPPORTED = f"{LEVEL}__a_conv_transpose3d"
+UNSUPPORTED = f"{LEVEL}__a_sort_rows"
 SEEDS = ["--seeds", "1"]
 STAGES = ["algorithm"]
 
@@ -96,7 +96,7 @@ def test_full_run_writes_rows_report_and_kernels(full_run: tuple[Path, float]) -
         assert [s["stage"] for s in r["stages"] if s["outcome"] != "skipped"] == ["algorithm"]
         if tid == UNSUPPORTED:
             assert not r["verified"] and r["exit_code"] == 1 and r["failure_kind"] == "no_kernel"
-            assert "unsupported" in r["failure"] and "conv_transpose3d" in r["failure"]
+            assert "unsupported" in r["failure"] and "sort" in r["failure"]
             assert not (tdir / "model_new.py").exists()
         else:
             assert r["verified"] and r["exit_code"] == 0 and r["failure"] is None, r["failure"]

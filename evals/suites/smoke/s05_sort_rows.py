@@ -1,32 +1,25 @@
-# family: conv
+# family: sort
 # kind: single-op
-# Strided 3D transposed convolution with padding; likely beyond the built-in expert model.
+# Sort each row and keep the values: an op family the built-in expert model does not cover, so
+# the smoke suite always has one task that must end as an honest "no kernel" row.
 import torch
 import torch.nn as nn
 
-BATCH = 2
-C_IN = 8
-C_OUT = 4
-DEPTH = 8
-HEIGHT = 8
-WIDTH = 8
-KERNEL = 3
-STRIDE = 2
-PADDING = 1
+ROWS = 32
+COLS = 100
 
 
 class Model(nn.Module):
-    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, padding: int):
+    def __init__(self):
         super().__init__()
-        self.deconv = nn.ConvTranspose3d(c_in, c_out, kernel, stride=stride, padding=padding)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.deconv(x)
+        return torch.sort(x, dim=1).values
 
 
 def get_inputs():
-    return [torch.randn(BATCH, C_IN, DEPTH, HEIGHT, WIDTH)]
+    return [torch.randn(ROWS, COLS)]
 
 
 def get_init_inputs():
-    return [C_IN, C_OUT, KERNEL, STRIDE, PADDING]
+    return []
