@@ -5,10 +5,12 @@ so a crashing or hanging task cannot take the eval down and the agent process ne
 torch. Rows are appended to DIR/results.jsonl (flush + fsync) the moment a task ends, which is
 what makes --resume safe: a task has either a complete final row or none.
 
-Backends: "local" runs one thread per slot, each managing one subprocess at a time; a slot is
-one GPU (CUDA_VISIBLE_DEVICES set to that GPU only, so timing has the GPU to itself) or, on
-CPU, one of --workers. "ray" submits each task to Ray (one GPU per task when on CUDA) and
-gathers rows the same way. Exit codes: 0 eval completed (whatever the tasks' outcomes),
+Backends: "local" runs one thread per slot, each managing one subprocess at a time. On CUDA
+there are --workers slots per GPU (CUDA_VISIBLE_DEVICES set to that GPU only); tasks sharing a
+GPU overlap their compiling and checking, while every timed section holds the per-GPU lock
+exclusively (tools/worker/gpulock.py), so timing still has the GPU to itself. On CPU there are
+--workers slots in all. "ray" submits each task to Ray (1/--workers of a GPU per task on CUDA)
+and gathers rows the same way. Exit codes: 0 eval completed (whatever the tasks' outcomes),
 2 bad input, 130 interrupted (rows of finished tasks are kept; rerun with --resume).
 """
 
@@ -692,7 +694,8 @@ def _run_ray(
     try:
         opts: dict[str, Any] = {"num_cpus": 1, "max_retries": 0}
         if cfg.device == "cuda":
-            opts["num_gpus"] = 1  # Ray gives each task one GPU to itself
+            # --workers tasks share a GPU; their timing is serialised by the per-GPU lock.
+            opts["num_gpus"] = 1.0 / max(1, workers)
         remote = ray.remote(_ray_task).options(**opts)
         cfg_dict = asdict(cfg)
         pending = {}
@@ -857,7 +860,9 @@ def eval_command(
         elif backend == "ray":
             completed = _run_ray(cfg, todo, workers, ray_address, progress.started, on_row)
         else:
-            slots: list[int | None] = list(gpu_list) if dev == "cuda" else [None] * workers
+            slots: list[int | None] = (
+                [g for g in gpu_list for _ in range(workers)] if dev == "cuda" else [None] * workers
+            )
             completed = _run_local(cfg, todo, slots, progress.started, on_row)
     except KeyboardInterrupt:
         completed = False

@@ -92,6 +92,11 @@ class TaskDescription(Record):
     bytes_moved: float | None = None
     degenerate: list[str] = Field(default_factory=list)  # e.g. "output is constant"
     device: Device = "cpu"
+    # The checker's estimated peak GPU memory for this task (from shapes): GPU jobs on the task
+    # reuse it for memory admission instead of estimating again per candidate.
+    check_peak_bytes: float | None = None
+    # On a GPU: that estimate as shares of the GPU's memory (tools/worker/gpumem.py).
+    check_memory_units: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+import structlog
+
 from graph.records import (
     CheckReport,
     CompileReport,
@@ -27,6 +29,8 @@ from graph.reducers import beats  # noqa: F401  (re-exported: the one acceptance
 from tools.errors import BadTaskError, ToolInfraError
 from tools.protocol import Job, JobResult
 from tools.sandbox import run_job
+
+_log = structlog.get_logger("egg.tools")
 
 # Peak numbers by GPU name substring; conservative defaults for anything unknown.
 PEAKS: dict[str, dict[str, float]] = {
@@ -51,6 +55,9 @@ class Toolbox:
         # and keeps the check and timing reports here until check()/time() ask for them.
         self._pending: OrderedDict[tuple, dict[str, JobResult]] = OrderedDict()
         self._lock = threading.Lock()
+        # Per task (source + sizes): the checker's peak GPU memory (bytes, and shares of the GPU)
+        # from its describe job, passed to every later GPU job on the task.
+        self._peak: dict[str, dict[str, float | int]] = {}
 
     @staticmethod
     def _key(task: TaskSpec, source: str, policy: str, tolerance: float | None) -> tuple:
@@ -70,7 +77,14 @@ class Toolbox:
         except OSError as e:
             raise ToolInfraError(f"could not start the sandbox worker: {e}") from e
 
+    @staticmethod
+    def _task_key(task: TaskSpec) -> str:
+        return hashlib.sha256(f"{task.source}\0{sorted(task.size_overrides.items())}".encode()).hexdigest()
+
     def _job(self, kind: str, task: TaskSpec, **kw: Any) -> Job:
+        known = self._peak.get(self._task_key(task)) if task.device == "cuda" else None
+        if known and kind != "describe":
+            kw["options"] = {**kw.get("options", {}), **known}
         return Job(
             kind=kind,
             task_path=task.path,
@@ -90,7 +104,14 @@ class Toolbox:
             raise ToolInfraError(
                 f"describe failed ({res.error_kind}): {res.error}\n{res.stderr_tail[-2000:]}"
             )
-        return TaskDescription(**_fields(TaskDescription, res.payload))
+        desc = TaskDescription(**_fields(TaskDescription, res.payload))
+        if desc.check_peak_bytes is not None and not shrink:
+            known: dict[str, float | int] = {"peak_bytes": desc.check_peak_bytes}
+            if desc.check_memory_units is not None:
+                known["memory_units"] = desc.check_memory_units
+            with self._lock:
+                self._peak[self._task_key(task)] = known
+        return desc
 
     def compile(
         self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
@@ -106,6 +127,14 @@ class Toolbox:
         if not res.ok:
             return self._compile_report(res)
         parts = dict(res.payload)
+        phases = dict(parts.pop("phases", {}) or {})
+        # Process start, interpreter and result hand-back: what the worker itself did not time.
+        phases["startup_and_exit"] = round(
+            res.seconds
+            - sum(v for k, v in phases.items() if "." not in k and k not in ("lock_waits", "memory_units")),
+            3,
+        )
+        _log.info("tool.evaluate", task=task.name, wall_s=round(res.seconds, 3), **phases)
         pending = {}
         for part in ("check", "time"):
             if part in parts:

@@ -79,3 +79,100 @@ def test_toolbox_compile_on_cpu_does_not_prefetch():
     task = TaskSpec(path=str(p), name="relu", source=p.read_text(), device="cpu")
     assert tb.compile(task, (CORPUS / "good" / "relu_good.py").read_text()).ok
     assert not tb._pending
+
+
+def test_gpu_lock_lets_a_waiting_timer_go_before_later_checks(tmp_path, monkeypatch):
+    """A steady stream of compile/check jobs must not starve timing: once a timer waits, later
+    shared requests queue behind it."""
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    events: list[str] = []
+
+    def timer():
+        with gpu_lock(exclusive=True):
+            events.append("timing")
+            time.sleep(0.2)
+            events.append("timing done")
+
+    def late_check():
+        with gpu_lock(exclusive=False):
+            events.append("late check")
+
+    with gpu_lock(exclusive=False):
+        t = threading.Thread(target=timer)
+        t.start()
+        time.sleep(0.3)  # the timer now waits for this shared holder
+        r = threading.Thread(target=late_check)
+        r.start()
+        time.sleep(0.3)
+        events.append("first check done")
+    t.join(5)
+    r.join(5)
+    assert events == ["first check done", "timing", "timing done", "late check"]
+
+
+def test_gpu_lock_is_reentrant_per_thread_so_steps_nest_inside_jobs(tmp_path, monkeypatch):
+    """A step taking the shared lock inside a job that already holds it must not queue behind a
+    waiting timer (that would deadlock: the timer waits for the job's outer hold)."""
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    events: list[str] = []
+
+    def timer():
+        with gpu_lock(exclusive=True):
+            events.append("timing")
+
+    with gpu_lock(exclusive=False):
+        t = threading.Thread(target=timer)
+        t.start()
+        time.sleep(0.3)  # the timer holds the turnstile now
+        with gpu_lock(exclusive=False):  # nested: a no-op, returns at once
+            events.append("inner step")
+        events.append("job done")
+    t.join(5)
+    assert events == ["inner step", "job done", "timing"]
+    with gpu_lock(exclusive=True), gpu_lock(exclusive=True):  # nested exclusive: fine
+        pass
+    with gpu_lock(exclusive=False):
+        try:
+            with gpu_lock(exclusive=True):
+                raise AssertionError("upgraded a shared hold to exclusive")
+        except RuntimeError as e:
+            assert "holds it shared" in str(e)
+
+
+def test_check_holds_the_gpu_lock_only_around_gpu_steps(tmp_path, monkeypatch):
+    """Compile and check take the shared lock per GPU step, never for the whole job: between
+    steps a waiting timer gets the GPU (the check job runs here in-process, on CPU)."""
+    from tools.worker import gpulock
+    from tools.worker.check import run_check
+    from tools.worker.compile_job import run_compile
+
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    holds: list[float] = []
+    real = gpulock.gpu_lock.__wrapped__
+
+    def recording(exclusive):
+        t0 = time.monotonic()
+        gen = real(exclusive)
+        try:
+            yield next(gen)
+        finally:
+            holds.append(time.monotonic() - t0)
+            next(gen, None)
+
+    import contextlib
+
+    monkeypatch.setattr(gpulock, "gpu_lock", contextlib.contextmanager(recording))
+    monkeypatch.setattr("tools.worker.check.gpu_lock", gpulock.gpu_lock)
+    monkeypatch.setattr("tools.worker.compile_job.gpu_lock", gpulock.gpu_lock, raising=False)
+    job = _job("relu", "good/relu_good.py")
+    assert run_compile(job)["ok"] and run_check(job)["accepted"]  # warm: imports, first compiles
+    holds.clear()
+    t0 = time.monotonic()
+    assert run_compile(job)["ok"]
+    assert run_check(job)["accepted"]
+    total = time.monotonic() - t0
+    # the recording call; 4 trials, the second-shape probe and trial, the stale check, the
+    # degenerate probe: each its own short hold, none spanning the job
+    assert len(holds) >= 9, holds
+    assert max(holds) < total / 2, (holds, total)

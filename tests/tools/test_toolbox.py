@@ -46,6 +46,12 @@ def test_describe_matmul_flops_params_and_overrides() -> None:
     d2 = TB.describe(task("linear_relu"), shrink=False)
     assert {p.name for p in d2.params} == {"fc.weight", "fc.bias"}
     assert d2.init_args == [64, 48]
+    # The checker's memory estimate comes with the description (shares of a GPU only on a GPU).
+    a, b, c = 32 * 64 * 4, 64 * 48 * 4, 32 * 48 * 4  # bytes of A, B and the output at M=32
+    from tools.worker import gpumem
+
+    assert d.check_peak_bytes == gpumem.INPUT_COPIES * (a + b) + gpumem.OUTPUT_COPIES * c
+    assert d.check_memory_units is None
 
 
 def test_bad_task_raises_one_line() -> None:

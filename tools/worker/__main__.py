@@ -65,10 +65,22 @@ def _dispatch(job) -> dict:
         return run_evaluate(job)
     if job.device != "cuda":
         return _dispatch_unlocked(job)
-    from tools.worker.gpulock import gpu_lock
+    import torch
 
-    with gpu_lock(exclusive=job.kind in ("time", "benchmark")):
-        return _dispatch_unlocked(job)
+    from tools.worker.gpulock import gpu_lock
+    from tools.worker.gpumem import gpu_memory, job_units
+
+    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    with gpu_memory(job_units(job)):
+        if job.kind in ("time", "benchmark"):
+            from tools.worker.timing import run_time
+
+            # Shared lock for the set-up (incl. torch.compile's warm-up), exclusive to time.
+            return run_time(job, benchmark=job.kind == "benchmark", staged_lock=True)
+        if job.kind in ("compile", "check"):
+            return _dispatch_unlocked(job)  # these take the shared lock around each GPU step
+        with gpu_lock(exclusive=False):
+            return _dispatch_unlocked(job)
 
 
 def _dispatch_unlocked(job) -> dict:

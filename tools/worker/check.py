@@ -28,6 +28,7 @@ from tools.worker.common import (
     DELEGABLE,
     BadTask,
     CandidateLoadError,
+    Laps,
     LoadedTask,
     OpRecorder,
     as_outputs,
@@ -44,6 +45,7 @@ from tools.worker.common import (
     to_device,
     upcast,
 )
+from tools.worker.gpulock import gpu_lock
 from tools.worker.static_rules import static_findings
 
 # (atol, rtol) by output dtype; the candidate is also allowed REF_ERR_MULT x the reference's own error.
@@ -287,7 +289,7 @@ class Checker:
     def trial(self, task: LoadedTask, name: str, seed: int, transform=None) -> None:
         ref, cand = self.build(task, seed)
         try:
-            inputs = to_device(task.inputs(seed), self.device)
+            inputs = to_device(task.inputs(seed, self.device), self.device)
         except Exception as e:
             raise BadTask(f"get_inputs() failed: {one_line(e)}") from None
         if transform is not None:
@@ -323,9 +325,9 @@ class Checker:
     def stale(self, task: LoadedTask, seeds: list[int]) -> None:
         """Repeated calls on one instance: new tensors, then the first tensors refilled in place."""
         ref, cand = self.build(task, seeds[0])
-        a = to_device(task.inputs(seeds[0]), self.device)
-        b = to_device(task.inputs(seeds[1]), self.device)
-        fresh = to_device(task.inputs(seeds[2]), self.device)
+        a = to_device(task.inputs(seeds[0], self.device), self.device)
+        b = to_device(task.inputs(seeds[1], self.device), self.device)
+        fresh = to_device(task.inputs(seeds[2], self.device), self.device)
         plan = [
             ("call 1", a, None),
             ("call 2 (new tensors)", b, None),
@@ -416,24 +418,30 @@ def run_check(job) -> dict[str, Any]:
             "seconds": time.monotonic() - t0,
         }
 
+    lap = Laps()
     n_trials = int(job.options.get("trials", 3))
     seeds = [secrets.randbits(31) for _ in range(n_trials + 5)]
     reasons: list[str] = []
     trials_done = 0
     try:
+        # Each GPU step holds the per-GPU lock shared for itself only (tools/worker/gpulock.py).
         for k in range(n_trials):
-            ck.trial(task, f"{k + 1}", seeds[k])
+            with gpu_lock(exclusive=False):
+                ck.trial(task, f"{k + 1}", seeds[k])
             trials_done += 1
-        ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], transform=scaled)
+            lap("trials")
+        with gpu_lock(exclusive=False):
+            ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], transform=scaled)
         trials_done += 1
+        lap("trials")
 
         def runs(sizes: dict[str, int]) -> bool:
             try:
                 t2 = load_task(job.task_source, sizes)
                 init = t2.init_args()
-                m = t2.module.Model(*init).to(job.device).eval()
-                with torch.no_grad():
-                    m(*to_device(t2.inputs(0), job.device))
+                with gpu_lock(exclusive=False), torch.no_grad():
+                    m = t2.module.Model(*init).to(job.device).eval()
+                    m(*to_device(t2.inputs(0, job.device), job.device))
                 return True
             except Exception:
                 return False
@@ -441,12 +449,17 @@ def run_check(job) -> dict[str, Any]:
         sizes2 = second_shape(
             job.task_source, {**int_constants(job.task_source), **dict(job.size_overrides)}, job.device, runs
         )
+        lap("second_shape_probe")
         if sizes2 is not None:
-            ck.trial(load_task(job.task_source, sizes2), "second-shape", seeds[n_trials + 1])
+            with gpu_lock(exclusive=False):
+                ck.trial(load_task(job.task_source, sizes2), "second-shape", seeds[n_trials + 1])
             trials_done += 1
         else:
             ck.stats["notes"].append("second shape skipped: no size constant could be changed")
-        ck.stale(task, seeds[n_trials + 2 : n_trials + 5])
+        lap("second_shape")
+        with gpu_lock(exclusive=False):
+            ck.stale(task, seeds[n_trials + 2 : n_trials + 5])
+        lap("stale")
     except Rejected as r:
         reasons.append(r.reason)
     pol, delegated = ck.policy()
@@ -454,18 +467,19 @@ def run_check(job) -> dict[str, Any]:
     from tools.worker.describe import degenerate_flags
 
     try:
-        t_ref = task.module.Model(*task.init_args()).to(job.device).eval()
-        with torch.no_grad():
+        with gpu_lock(exclusive=False), torch.no_grad():
+            t_ref = task.module.Model(*task.init_args()).to(job.device).eval()
             deg = degenerate_flags(
                 [
                     o
-                    for o in as_outputs(t_ref(*to_device(task.inputs(seeds[-1]), job.device)))
+                    for o in as_outputs(t_ref(*to_device(task.inputs(seeds[-1], job.device), job.device)))
                     if isinstance(o, torch.Tensor)
                 ]
             )
     except Exception:
         deg = []
     deg += ck.stats["notes"]
+    lap("degenerate")
     atol = ck.stats["atol"]
     tol = (
         {
@@ -491,4 +505,5 @@ def run_check(job) -> dict[str, Any]:
         "degenerate": deg,
         "seconds": time.monotonic() - t0,
         "launches_per_forward": ck.launches,
+        "phases": lap.phases,
     }

@@ -9,8 +9,9 @@ import copy
 import hashlib
 import importlib.util
 import math
-import os
 import sys
+import tempfile
+import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,13 +94,28 @@ def apply_overrides(source: str, overrides: dict[str, int]) -> str:
     return "".join(lines)
 
 
+class Laps:
+    """Seconds per named phase of a job (a phase named twice accumulates), for its `phases`."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._t = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._t, 3)
+        self._t = now
+
+
 def load_module(source: str, stem: str, workdir: str | None = None) -> types.ModuleType:
     """Exec `source` as a fresh module backed by a real file (Triton reads kernel source via
     inspect, and tracebacks then carry the file's own line numbers)."""
     _counter[0] += 1
     digest = hashlib.sha1(source.encode()).hexdigest()[:8]
     name = f"egg_{stem}_{digest}_{_counter[0]}"
-    d = Path(workdir or os.getcwd())
+    # The sandbox's TMPDIR is the job's own directory; in-process callers (tests) get the system
+    # temporary directory, never their working directory (the repository).
+    d = Path(workdir or tempfile.gettempdir())
     path = d / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -142,9 +158,15 @@ class LoadedTask:
     def init_args(self) -> list[Any]:
         return list(self.module.get_init_inputs())
 
-    def inputs(self, seed: int) -> list[Any]:
+    def inputs(self, seed: int, device: str = "cpu") -> list[Any]:
+        """get_inputs() under `seed`; on a GPU the tensors are created there directly (factory
+        calls follow the default device), which for multi-GB inputs is seconds faster than CPU
+        generation plus a copy and keeps host memory free when many workers share a machine."""
         torch.manual_seed(seed)
-        return list(self.module.get_inputs())
+        if device == "cpu":
+            return list(self.module.get_inputs())
+        with torch.device(device):
+            return list(self.module.get_inputs())
 
 
 def load_task(source: str, overrides: dict[str, int]) -> LoadedTask:

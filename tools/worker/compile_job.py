@@ -14,6 +14,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -191,6 +192,7 @@ def run_compile(job) -> dict[str, Any]:
 
     from tools.worker.check import load_candidate
     from tools.worker.common import CandidateLoadError, launch_log, line_in, load_task, one_line, to_device
+    from tools.worker.gpulock import gpu_lock
 
     t0 = time.monotonic()
     source = job.candidate_source or ""
@@ -219,11 +221,13 @@ def run_compile(job) -> dict[str, Any]:
     try:
         init = task.init_args()
         torch.manual_seed(0)
-        model = mod.ModelNew(*init).to(job.device).eval()
-        inputs = to_device(task.inputs(0), job.device)
-        with torch.no_grad(), launch_log(record_args=True) as log:
-            launches = log.launches
-            model(*inputs)
+        # The GPU lock (shared) covers only this recording call, not the sm_90 compile below.
+        with gpu_lock(exclusive=False):
+            model = mod.ModelNew(*init).to(job.device).eval()
+            inputs = to_device(task.inputs(0, job.device), job.device)
+            with torch.no_grad(), launch_log(record_args=True) as log:
+                launches = log.launches
+                model(*inputs)
     except Exception as e:
         from_triton = "triton" in type(e).__module__ or "InterpreterError" in type(e).__name__
         recorded = [x for x in launches if x.module == mod.__name__]
@@ -258,8 +262,10 @@ def run_compile(job) -> dict[str, Any]:
         if key not in seen:
             seen.add(key)
             specs.append(spec)
+    t_rec = time.monotonic()
     result = _compile_specs(source, mod, specs, job)
     result["seconds"] = time.monotonic() - t0
+    result["phases"] = {"record": round(t_rec - t0, 3), "compile_specs": round(time.monotonic() - t_rec, 3)}
     return result
 
 
@@ -272,7 +278,15 @@ def _compile_specs(source: str, mod: Any, specs: list[dict[str, Any]], job) -> d
 def _compile_in_child(source: str, specs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
     """The interpreter replaces @triton.jit at import time, so real compilation needs a process
     that imported triton without TRITON_INTERPRET."""
-    d = Path(tempfile.mkdtemp(prefix="egg-compile-", dir=os.getcwd()))
+    # TMPDIR is the job's own directory in the sandbox; removed here for in-process callers too.
+    d = Path(tempfile.mkdtemp(prefix="egg-compile-"))
+    try:
+        return _run_compiler(d, source, specs, timeout_s)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _run_compiler(d: Path, source: str, specs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
     (d / "spec.json").write_text(json.dumps({"source": source, "specs": specs}))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     try:

@@ -135,6 +135,8 @@ def bytes_and_flops(model: torch.nn.Module, inputs: list[Any], outputs: list[tor
 
 
 def run_describe(job) -> dict[str, Any]:
+    from tools.worker.gpumem import estimate_peak_bytes, total_bytes, units_for
+
     device = job.device
     overrides = dict(job.size_overrides)
     if job.options.get("shrink"):
@@ -152,7 +154,7 @@ def run_describe(job) -> dict[str, Any]:
     except Exception as e:
         raise BadTask(f"Model(*get_init_inputs()) failed: {one_line(e)}") from None
     try:
-        inputs = to_device(t.inputs(1), device)
+        inputs = to_device(t.inputs(1, device), device)
     except Exception as e:
         raise BadTask(f"get_inputs() failed: {one_line(e)}") from None
     infos = [input_info(x) for x in inputs]
@@ -189,6 +191,7 @@ def run_describe(job) -> dict[str, Any]:
             op_graph, capture_error = capture(cap_model, inputs)
         except Exception as e:
             op_graph, capture_error = [], f"op graph capture failed: {one_line(e)}"
+    peak = estimate_peak_bytes(t)
     constants: dict[str, Any] = {**int_constants(job.task_source), **float_constants(job.task_source)}
     sizes_used = {**int_constants(job.task_source), **overrides}
     return {
@@ -206,6 +209,8 @@ def run_describe(job) -> dict[str, Any]:
         "bytes_moved": bytes_and_flops(model, inputs, outputs),
         "degenerate": degenerate_flags(outputs),
         "device": device,
+        "check_peak_bytes": float(peak),
+        "check_memory_units": units_for(peak, total_bytes()) if device == "cuda" else None,
         "total_elements": int(
             sum(numel_of(i["shape"]) for i in infos if "shape" in i) + sum(o.numel() for o in outputs)
         ),

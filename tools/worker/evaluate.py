@@ -3,28 +3,80 @@
 The same three steps as the `compile`, `check` and `time` jobs, in that order, each run only when
 the one before passed; one process per candidate saves two interpreter start-ups, two CUDA
 context creations and two JIT compilations of the candidate's kernels.
+
+GPU sharing: the job holds its memory shares (tools/worker/gpumem.py) throughout; compile and
+check take the per-GPU lock shared around each step that runs on the GPU, and the timing holds
+it exclusively (tools/worker/gpulock.py).
+
+`phases` in the payload says where the job's seconds went (imports, CUDA start-up, each step,
+waits for the per-GPU lock), so slow tool loops can be diagnosed from a run's log.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from tools.worker import gpulock
 from tools.worker.gpulock import gpu_lock
+from tools.worker.gpumem import gpu_memory, job_units, known_units
 
 
 def run_evaluate(job) -> dict[str, Any]:
+    import torch
+    import triton  # noqa: F401
+
     from tools.worker.check import run_check
+    from tools.worker.common import Laps
     from tools.worker.compile_job import run_compile
     from tools.worker.timing import run_time
 
-    out: dict[str, Any] = {}
-    with gpu_lock(exclusive=False):
-        out["compile"] = run_compile(job)
-        if not out["compile"].get("ok"):
-            return out
-        out["check"] = run_check(job)
-    if not out["check"].get("accepted") or job.device != "cuda":
+    lap = Laps()
+    phases = lap.phases
+    lap("imports")
+    out: dict[str, Any] = {"phases": phases}
+    cuda = job.device == "cuda"
+
+    def sub(step: str) -> None:
+        for k, v in (out[step].get("phases") or {}).items():
+            phases[f"{step}.{k}"] = v
+
+    try:
+        with contextlib.ExitStack() as held:
+            units = known_units(job) if cuda else None
+            if units is not None:
+                # Queue for the task's memory before creating a CUDA context, so workers that
+                # wait hold no GPU memory at all.
+                held.enter_context(gpu_memory(units))
+                lap("wait_memory")
+            if cuda:
+                torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+                torch.cuda.init()
+                torch.empty(1, device="cuda")
+                lap("cuda_init")
+                if units is None:
+                    units = job_units(job)
+                    lap("estimate_memory")
+                    held.enter_context(gpu_memory(units))
+                    lap("wait_memory")
+                phases["memory_units"] = units
+            out["compile"] = run_compile(job)
+            lap("compile")
+            sub("compile")
+            if not out["compile"].get("ok"):
+                return out
+            out["check"] = run_check(job)
+            lap("check")
+            sub("check")
+            if not out["check"].get("accepted") or not cuda:
+                return out
+            # Give the check's cached blocks back before waiting: the timer may need them.
+            torch.cuda.empty_cache()
+            with gpu_lock(exclusive=True):
+                lap("wait_exclusive")
+                out["time"] = run_time(job, benchmark=False)
+                lap("time")
+                sub("time")
         return out
-    with gpu_lock(exclusive=True):
-        out["time"] = run_time(job, benchmark=False)
-    return out
+    finally:
+        phases["lock_waits"] = round(sum(gpulock.WAITED.values()), 3)

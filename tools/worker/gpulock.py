@@ -1,9 +1,16 @@
 """A per-GPU reader/writer file lock shared by every worker process on the machine.
 
 Timing must not overlap with any other GPU work (it would distort clocks and memory traffic);
-compiling and checking may overlap with each other. Workers hold the lock shared while they
-compile or check and exclusively while they time. A file lock (not a lock in the agent process)
+compiling and checking may overlap with each other. Workers hold the lock exclusively while they
+time, and shared only around the steps that run work on the GPU (one correctness trial, the
+launch-recording call), not for a whole job: a writer then waits for at most one short step of
+each reader, not for whole compile + check jobs, and CPU-only work (imports, the sm_90
+compile, static rules) never holds the GPU. A file lock (not a lock in the agent process)
 also covers several `egg` processes sharing one GPU.
+
+Writers go first: a worker waiting to time holds the turnstile file (`<lock>.turn`)
+exclusively, and readers pass through the turnstile before they take the lock, so a steady
+stream of compile/check jobs from other tasks cannot starve the timing of one.
 """
 
 from __future__ import annotations
@@ -11,21 +18,47 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
+import time
 from collections.abc import Iterator
 
 LOCK_ENV = "EGG_GPU_LOCK"
+
+# Seconds spent waiting for the lock in this process, by mode (reported by the evaluate job).
+WAITED: dict[str, float] = {"shared": 0.0, "exclusive": 0.0}
+
+
+# Whether this thread holds the lock: an inner gpu_lock() while it does is a no-op, so a step
+# that takes the shared lock for its own GPU work can also run inside a job holding it (a nested
+# acquire would deadlock against a writer waiting in the turnstile).
+_HELD = threading.local()
 
 
 @contextlib.contextmanager
 def gpu_lock(exclusive: bool) -> Iterator[None]:
     path = os.environ.get(LOCK_ENV)
-    if not path:
+    held = getattr(_HELD, "mode", None)
+    if path and held == "shared" and exclusive:
+        raise RuntimeError("exclusive GPU lock asked for while this thread holds it shared")
+    if not path or held is not None:
         yield
         return
+    t0 = time.monotonic()
+    turn = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
+        fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        WAITED["exclusive" if exclusive else "shared"] += time.monotonic() - t0
+        _HELD.mode = "exclusive" if exclusive else "shared"
+        try:
+            yield
+        finally:
+            _HELD.mode = None
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+        os.close(turn)

@@ -14,6 +14,7 @@ and `beats()` never accepts it; the raw numbers stay in the report for diagnosis
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import platform
@@ -23,7 +24,7 @@ from typing import Any
 
 import torch
 
-from tools.worker.common import as_outputs, clone_inputs, launch_log, load_task, to_device
+from tools.worker.common import Laps, as_outputs, clone_inputs, launch_log, load_task, to_device
 
 # Upper bounds used for the speed-of-light check (deliberately above any real H200 number).
 SOL_BANDWIDTH = 5.0e12  # bytes/s (H200 spec is 4.8 TB/s)
@@ -112,9 +113,17 @@ def _rel_err(got: list[Any], want: list[Any]) -> float:
     return worst
 
 
-def run_time(job, *, benchmark: bool) -> dict[str, Any]:
+def run_time(job, *, benchmark: bool, staged_lock: bool = False) -> dict[str, Any]:
+    """Time the candidate (if any), eager and (benchmark) torch.compile on the same inputs.
+
+    staged_lock: take the per-GPU lock here, shared for the set-up (loading, first calls, the
+    torch.compile warm-up, the roofline bounds) and exclusive only for the timed section, so a
+    long Inductor compile does not hold other workers off the GPU. The evaluate job holds the
+    exclusive lock itself and passes False.
+    """
     from tools.worker.check import copy_weights, load_candidate
     from tools.worker.describe import bytes_and_flops
+    from tools.worker.gpulock import gpu_lock
 
     t0 = time.monotonic()
     if job.device != "cuda" or not torch.cuda.is_available():
@@ -123,17 +132,26 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
             "reason": "timing needs a CUDA GPU; not measured on CPU",
             "seconds": time.monotonic() - t0,
         }
-    task = load_task(job.task_source, dict(job.size_overrides))
-    init = task.init_args()
-    torch.manual_seed(1234)
-    ref = task.module.Model(*init).cuda().eval()
-    out: dict[str, Any] = {"env": environment()}
-    inputs = to_device(task.inputs(4321), "cuda")
-    bench = Bencher()
+    lap = Laps()
+
+    def locked(exclusive: bool):
+        return gpu_lock(exclusive) if staged_lock else contextlib.nullcontext()
+
     opts = job.options
     kw = {"warmup_ms": float(opts.get("warmup_ms", 25)), "rep_ms": float(opts.get("rep_ms", 100))}
-    with torch.no_grad():
+    out: dict[str, Any] = {"env": environment(), "phases": lap.phases}
+    lap("env")
+    cand = mod = cin = compiled = None
+    err0 = 0.0
+    with locked(False), torch.no_grad():
+        task = load_task(job.task_source, dict(job.size_overrides))
+        init = task.init_args()
+        torch.manual_seed(1234)
+        ref = task.module.Model(*init).cuda().eval()
+        inputs = to_device(task.inputs(4321, "cuda"), "cuda")
+        bench = Bencher()
         ref_out = as_outputs(ref(*inputs))
+        lap("setup")
         if job.candidate_source is not None:
             mod = load_candidate(job.candidate_source)
             cand = mod.ModelNew(*copy.deepcopy(init))
@@ -148,7 +166,31 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
             err0 = _rel_err(first, ref_out)
             del first
             out["candidate_launches"] = log.count(mod.__name__)
+            lap("first_call")
+        if benchmark:
+            try:
+                compiled = torch.compile(ref)
+                compiled(*inputs)
+            except Exception as ex:  # recorded, not hidden: the report shows compile_ms=None and why
+                compiled = None
+                out["compile_error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
+            lap("compile_warmup")
+        nbytes = flops = None
+        if cand is not None:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            nbytes = bytes_and_flops(ref, inputs, [])  # reads only: see the module docstring
+            with FlopCounterMode(display=False) as fc:
+                ref(*inputs)
+            flops = float(fc.get_total_flops())
+            torch.cuda.synchronize()
+        lap("roofline_bounds")
+
+    with locked(True), torch.no_grad():
+        lap("wait_exclusive")
+        if cand is not None:
             c = bench.bench(lambda: cand(*cin), **kw)
+            lap("bench_candidate")
             out.update(
                 candidate_ms=c["median"],
                 candidate_p20_ms=c["p20"],
@@ -156,7 +198,7 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
                 noise=(c["p80"] - c["p20"]) / c["median"] if c["median"] > 0 else None,
             )
             # After the timed calls: fresh values in the same tensors must still give right answers.
-            fresh = to_device(task.inputs(98765), "cuda")
+            fresh = to_device(task.inputs(98765, "cuda"), "cuda")
             for x, y in zip(cin, fresh, strict=False):
                 if isinstance(x, torch.Tensor):
                     x.copy_(y)
@@ -176,36 +218,33 @@ def run_time(job, *, benchmark: bool) -> dict[str, Any]:
                     reason="runtime.no_launch: the timed forward launched none of the "
                     "candidate's own Triton kernels",
                 )
+            lap("recheck")
         e = bench.bench(lambda: ref(*inputs), **kw)
+        lap("bench_eager")
         out["eager_ms"] = e["median"]
         out["eager_p20_ms"], out["eager_p80_ms"] = e["p20"], e["p80"]
-        if benchmark:
+        if compiled is not None:
             try:
-                compiled = torch.compile(ref)
-                compiled(*inputs)
                 out["compile_ms"] = bench.bench(lambda: compiled(*inputs), **kw)["median"]
-            except Exception as ex:  # recorded, not hidden: the report shows compile_ms=None and why
+            except Exception as ex:
                 out["compile_error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
-            if job.candidate_source is not None and opts.get("cudagraph", True):
-                try:
-                    g = torch.cuda.CUDAGraph()
-                    s = torch.cuda.Stream()
-                    s.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(s):
-                        cand(*cin)
-                    torch.cuda.current_stream().wait_stream(s)
-                    with torch.cuda.graph(g):
-                        cand(*cin)
-                    out["cudagraph_ms"] = bench.bench(g.replay, **kw)["median"]
-                except Exception as ex:
-                    out["cudagraph_error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
-    if job.candidate_source is not None and out.get("measured", True):
-        nbytes = bytes_and_flops(ref, inputs, [])  # reads only: see the module docstring
-        from torch.utils.flop_counter import FlopCounterMode
+            lap("bench_compile")
+        if benchmark and cand is not None and opts.get("cudagraph", True):
+            try:
+                g = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    cand(*cin)
+                torch.cuda.current_stream().wait_stream(s)
+                with torch.cuda.graph(g):
+                    cand(*cin)
+                out["cudagraph_ms"] = bench.bench(g.replay, **kw)["median"]
+            except Exception as ex:
+                out["cudagraph_error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
+            lap("bench_cudagraph")
 
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            ref(*inputs)
-        flops = float(fc.get_total_flops())
+    if cand is not None and out.get("measured", True):
         dt = str(ref_out[0].dtype).replace("torch.", "") if ref_out else "float32"
         # `sol_scale` exists only so a GPU test can drive this rejection path with a real kernel.
         sol_ms = (
@@ -233,7 +272,7 @@ def run_do_bench(job) -> dict[str, Any]:
     task = load_task(job.task_source, dict(job.size_overrides))
     torch.manual_seed(1234)
     ref = task.module.Model(*task.init_args()).cuda().eval()
-    inputs = to_device(task.inputs(4321), "cuda")
+    inputs = to_device(task.inputs(4321, "cuda"), "cuda")
     with torch.no_grad():
         eager = triton.testing.do_bench(lambda: ref(*inputs), warmup=25, rep=100, return_mode="median")
         compiled = torch.compile(ref)

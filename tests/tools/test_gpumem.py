@@ -1,0 +1,133 @@
+"""GPU memory admission (tools/worker/gpumem.py): estimates from shapes, shares as file locks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tools.worker import gpumem
+from tools.worker.gpulock import LOCK_ENV
+
+torch = pytest.importorskip("torch")
+
+GIB = 1024**3
+
+ELEMENTWISE = """
+import torch
+import torch.nn as nn
+N = 1024
+M = 2048
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(N, M)]
+def get_init_inputs():
+    return []
+"""
+
+ROWSUM = ELEMENTWISE.replace("torch.relu(x)", "x.sum(dim=1)")
+
+
+def _task(src: str):
+    from tools.worker.common import load_task
+
+    return load_task(src, {})
+
+
+def test_peak_estimate_follows_shapes_without_allocating():
+    one = 1024 * 2048 * 4
+    assert (
+        gpumem.estimate_peak_bytes(_task(ELEMENTWISE)) == (gpumem.INPUT_COPIES + gpumem.OUTPUT_COPIES) * one
+    )
+    # A row reduction's output is tiny: the inputs dominate.
+    assert (
+        gpumem.estimate_peak_bytes(_task(ROWSUM))
+        == gpumem.INPUT_COPIES * one + gpumem.OUTPUT_COPIES * 1024 * 4
+    )
+    big = _task(ELEMENTWISE)
+    big.module.N, big.module.M = 1 << 20, 1 << 14  # 64 GiB of input: must not be allocated
+    assert gpumem.estimate_peak_bytes(big) > 64 * GIB
+
+
+def test_units_are_clamped_to_the_slots():
+    total = 141 * GIB
+    assert gpumem.units_for(1, total) == 1
+    assert gpumem.units_for(10 * GIB, total) == 2
+    assert gpumem.units_for(10**15, total) == gpumem.SLOTS
+
+
+def test_memory_shares_block_when_the_gpu_is_full_and_queue_in_order(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    events: list[str] = []
+
+    def big():
+        with gpumem.gpu_memory(gpumem.SLOTS):
+            events.append("big in")
+            time.sleep(0.3)
+            events.append("big out")
+
+    def small(name: str):
+        with gpumem.gpu_memory(1):
+            events.append(f"{name} in")
+
+    with gpumem.gpu_memory(gpumem.SLOTS - 1):  # one share left
+        small("first")  # fits at once
+        b = threading.Thread(target=big)
+        b.start()
+        time.sleep(0.2)  # big now heads the queue, waiting for every share
+        s = threading.Thread(target=small, args=("second",))
+        s.start()
+        time.sleep(0.2)
+        assert events == ["first in"]  # the small request queues behind the big one
+    b.join(5)
+    s.join(5)
+    assert events == ["first in", "big in", "big out", "second in"]
+
+
+def test_no_lock_env_means_no_admission(monkeypatch):
+    monkeypatch.delenv(LOCK_ENV, raising=False)
+    with gpumem.gpu_memory(gpumem.SLOTS), gpumem.gpu_memory(gpumem.SLOTS):
+        pass
+
+
+def test_units_come_from_the_describe_estimate_without_loading_the_task(monkeypatch):
+    from tools.protocol import Job
+
+    monkeypatch.setattr(gpumem, "total_bytes", lambda: 141 * GIB)
+    # A task source that cannot even be loaded: with peak_bytes given, it is never executed.
+    job = Job(kind="evaluate", task_path="t.py", task_source="def broken(:\n", device="cuda",
+              options={"peak_bytes": 30 * GIB})  # fmt: skip
+    assert gpumem.job_units(job) == gpumem.units_for(30 * GIB, 141 * GIB) > 1
+    # Shares computed by the describe job win (no CUDA needed to know them), clamped to the slots.
+    with_units = job.model_copy(update={"options": {"peak_bytes": 30 * GIB, "memory_units": 99}})
+    assert gpumem.known_units(with_units) == gpumem.job_units(with_units) == gpumem.SLOTS
+    assert gpumem.known_units(job) is None
+    # Without it the worker estimates from the task itself (and a broken task gets one share).
+    assert gpumem.job_units(job.model_copy(update={"options": {}})) == 1
+    ok = job.model_copy(update={"options": {}, "task_source": ELEMENTWISE})
+    assert gpumem.job_units(ok) == gpumem.units_for(gpumem.estimate_peak_bytes(_task(ELEMENTWISE)), 141 * GIB)
+
+
+def test_toolbox_passes_the_describe_estimate_to_gpu_jobs_only():
+    from graph.records import TaskSpec
+    from tools.toolbox import Toolbox
+
+    tb = Toolbox()
+    gpu = TaskSpec(path="t.py", name="t", source=ELEMENTWISE, device="cuda")
+    cpu = gpu.model_copy(update={"device": "cpu"})
+    assert "peak_bytes" not in tb._job("evaluate", gpu).options  # no describe yet
+    tb._peak[tb._task_key(gpu)] = {"peak_bytes": 123.0, "memory_units": 3}
+    assert tb._job("evaluate", gpu, options={"tolerance": 1e-3}).options == {
+        "tolerance": 1e-3,
+        "peak_bytes": 123.0,
+        "memory_units": 3,
+    }
+    assert "peak_bytes" not in tb._job("describe", gpu).options
+    assert "peak_bytes" not in tb._job("check", cpu).options
+    other = gpu.model_copy(update={"size_overrides": {"N": 8}})  # other sizes: another estimate
+    assert "peak_bytes" not in tb._job("evaluate", other).options

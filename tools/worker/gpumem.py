@@ -1,0 +1,152 @@
+"""GPU memory admission for workers that share one GPU (several seeds, several eval tasks).
+
+Checking a candidate at the task's real size keeps several full-size copies alive (pristine
+inputs, a float64 reference, the candidate's outputs and the comparison's temporaries), so a
+handful of multi-GB tasks checked at once would run the GPU out of memory. Each worker first
+estimates its peak from the task's shapes (a forward pass on the meta device, which allocates
+nothing) and then holds that many of `SLOTS` equal shares of the GPU's memory, as file locks
+beside the per-GPU lock (`<lock>.mem<i>`). Requests queue in order through `<lock>.memq`, so a
+large request is not starved by small ones. Lock order everywhere: memory shares first, then
+the reader/writer lock of tools/worker/gpulock.py, never the other way round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from tools.worker.gpulock import LOCK_ENV, WAITED
+
+SLOTS = 16
+# Memory kept outside the shares: one CUDA context per concurrent worker process, the L2-flush
+# buffer of the timer, fragmentation.
+RESERVED_BYTES = 16 * 1024**3
+# Peak bytes per byte of input / of output while checking (copies listed in the docstring).
+INPUT_COPIES = 6
+OUTPUT_COPIES = 20
+PARAM_COPIES = 4
+
+
+def _nbytes(xs: Any) -> int:
+    import torch
+
+    if isinstance(xs, torch.Tensor):
+        return xs.numel() * xs.element_size()
+    if isinstance(xs, (list, tuple)):
+        return sum(_nbytes(x) for x in xs)
+    return 0
+
+
+def estimate_peak_bytes(task) -> int:
+    """The checker's peak GPU memory for this task, from shapes alone (meta tensors)."""
+    import torch
+
+    with torch.device("meta"):
+        try:
+            inputs = list(task.module.get_inputs())
+        except Exception:
+            return 0
+        in_b = _nbytes(inputs)
+        try:
+            model = task.module.Model(*task.init_args())
+            p_b = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+        except Exception:
+            return INPUT_COPIES * in_b
+        try:
+            with torch.no_grad():
+                out_b = _nbytes(model(*inputs))
+        except Exception:  # some ops have no meta kernel: assume outputs as large as the inputs
+            out_b = in_b
+    return INPUT_COPIES * in_b + PARAM_COPIES * p_b + OUTPUT_COPIES * out_b
+
+
+def units_for(peak_bytes: int, total: int) -> int:
+    share = max(1, (total - RESERVED_BYTES) // SLOTS)
+    return max(1, min(SLOTS, math.ceil(peak_bytes / share)))
+
+
+@contextlib.contextmanager
+def gpu_memory(units: int) -> Iterator[None]:
+    """Hold `units` of the GPU's SLOTS memory shares (no-op when no per-GPU lock is set)."""
+    path = os.environ.get(LOCK_ENV)
+    if not path or units <= 0:
+        yield
+        return
+    units = min(units, SLOTS)
+    t0 = time.monotonic()
+    fds = [os.open(f"{path}.mem{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(SLOTS)]
+    queue_fd = os.open(f"{path}.memq", os.O_RDWR | os.O_CREAT, 0o600)
+    held: list[int] = []
+    try:
+        # Only the head of the queue takes shares; holders release without queueing, so the
+        # head always makes progress and nobody waits while holding what another waits for.
+        fcntl.flock(queue_fd, fcntl.LOCK_EX)
+        try:
+            start = os.getpid() % SLOTS  # spread first picks over the slots
+            while len(held) < units:
+                for k in range(SLOTS):
+                    i = (start + k) % SLOTS
+                    if i in held:
+                        continue
+                    try:
+                        fcntl.flock(fds[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    held.append(i)
+                    if len(held) == units:
+                        break
+                if len(held) < units:
+                    time.sleep(0.05)
+        finally:
+            fcntl.flock(queue_fd, fcntl.LOCK_UN)
+        WAITED["memory"] = WAITED.get("memory", 0.0) + time.monotonic() - t0
+        yield
+    finally:
+        for i in held:
+            fcntl.flock(fds[i], fcntl.LOCK_UN)
+        for fd in fds:
+            os.close(fd)
+        os.close(queue_fd)
+
+
+def known_units(job) -> int | None:
+    """The shares the toolbox passed (options["memory_units"], from the task's describe job), so
+    a worker can queue for them before it creates a CUDA context; None when not given."""
+    units = job.options.get("memory_units")
+    if units is None:
+        return None
+    try:
+        return max(1, min(SLOTS, int(units)))
+    except (TypeError, ValueError):
+        return None
+
+
+def job_units(job) -> int:
+    """Memory shares for a GPU job on its task (1 when the estimate is impossible). The toolbox
+    passes the task's estimate from its `describe` job (options["memory_units"] or
+    ["peak_bytes"]); without it (a lone `egg check`, the describe job itself) the estimate is
+    made here."""
+    from tools.worker.common import load_task
+
+    known = known_units(job)
+    if known is not None:
+        return known
+    try:
+        peak = job.options.get("peak_bytes")
+        if peak is None:
+            peak = estimate_peak_bytes(load_task(job.task_source, dict(job.size_overrides)))
+        total = total_bytes()
+    except Exception:
+        return 1
+    return units_for(int(peak), total)
+
+
+def total_bytes() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
