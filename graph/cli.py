@@ -200,6 +200,10 @@ def optimize(
         str | None, typer.Option(help="output directory (default: $EGG_HOME/runs/<thread>)")
     ] = None,
     seeds: Annotated[int | None, typer.Option(help="algorithm seeds explored in parallel")] = None,
+    tune_budget: Annotated[int | None, typer.Option(help="attempts per tuning stage on a GPU")] = None,
+    tune_width: Annotated[
+        int | None, typer.Option(help="tuning variants evaluated in parallel per round (1: one at a time)")
+    ] = None,
     thread_id: Annotated[str | None, typer.Option("--thread-id", help="checkpoint thread id")] = None,
     policy: Annotated[str | None, typer.Option(help="strict or mixed")] = None,
     stages: Annotated[str | None, typer.Option(help="comma-separated stages to run")] = None,
@@ -233,6 +237,8 @@ def optimize(
             debugger_model=debugger_model or model,
             device=dev,
             seeds=seeds,
+            tune_budget=tune_budget,
+            tune_width=tune_width,
             policy=policy,
             stages=stages,
             tolerance=tolerance,
@@ -464,7 +470,9 @@ def eval_(
         bool, typer.Option("--resume", help="skip tasks that already have a final row")
     ] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    workers: Annotated[int, typer.Option(help="parallel tasks on CPU")] = 1,
+    workers: Annotated[
+        int, typer.Option(help="parallel tasks: in all on CPU, per GPU on CUDA (timing stays exclusive)")
+    ] = 1,
     gpus: Annotated[str | None, typer.Option(help="comma-separated GPU ids, one worker each")] = None,
     model: Annotated[str, typer.Option(help="model for every role")] = "expert",
     stages: Annotated[str | None, typer.Option(help="comma-separated stages")] = None,
@@ -475,6 +483,12 @@ def eval_(
     ] = None,
     html: Annotated[bool, typer.Option("--html", help="also write report.html")] = False,
     seeds: Annotated[int | None, typer.Option(help="algorithm seeds per task (passed to optimize)")] = None,
+    tune_budget: Annotated[
+        int | None, typer.Option(help="tuning attempts per stage (passed to optimize)")
+    ] = None,
+    tune_width: Annotated[
+        int | None, typer.Option(help="parallel tuning variants (passed to optimize)")
+    ] = None,
 ) -> None:
     """Run optimize over a suite and write results.jsonl, report.md, metrics.json and plots."""
     from evals.runner import eval_command
@@ -497,7 +511,17 @@ def eval_(
             backend=backend,
             ray_address=ray_address,
             html=html,
-            extra_args=["--seeds", str(seeds)] if seeds is not None else None,
+            extra_args=[
+                arg
+                for flag, value in (
+                    ("--seeds", seeds),
+                    ("--tune-budget", tune_budget),
+                    ("--tune-width", tune_width),
+                )
+                if value is not None
+                for arg in (flag, str(value))
+            ]
+            or None,
         )
     )
 

@@ -52,6 +52,14 @@ class Context:
     cpu_tune_budget: int = field(
         default=1, metadata=_doc("attempts per tuning stage on CPU, where nothing is timed", None)
     )
+    tune_width: int = field(
+        default=6,
+        metadata=_doc(
+            "tuning variants proposed from one profile and evaluated in parallel (timing stays "
+            "exclusive); the rest of the budget goes one at a time, 1 = always one at a time",
+            "EGG_TUNE_WIDTH",
+        ),
+    )
     fix_budget: int = field(default=2, metadata=_doc("debugger-guided fixes in a row before moving on", None))
     recent_k: int = field(default=4, metadata=_doc("attempt summaries shown to a model", None))
     job_timeout_s: float = field(
@@ -123,6 +131,11 @@ class Context:
             raise ValueError(f"policy must be strict or mixed, not {self.policy!r}")
         if self.seeds < 1:
             raise ValueError("seeds must be >= 1")
+        if self.tune_width < 1:
+            raise ValueError("tune_width must be >= 1")
+        for name in ("refine_budget", "tune_budget", "cpu_tune_budget", "fix_budget"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
         for m in (self.code_model, self.profiler_model, self.debugger_model):
             if m != "expert" and not m.startswith("openai:"):
                 raise ValueError(f"unknown model {m!r}: use `expert` or `openai:<model>`")
@@ -140,6 +153,10 @@ class Context:
         if stage == "algorithm":
             return self.refine_budget
         return self.tune_budget if self.device == "cuda" else self.cpu_tune_budget
+
+    def width_for(self, stage: str) -> int:
+        """Variants of a tuning stage's first round, proposed together and evaluated in parallel."""
+        return max(1, min(self.tune_width, self.budget_for(stage)))
 
 
 def config_table() -> str:

@@ -1,8 +1,12 @@
-"""Build a stage subgraph from a stage spec; the same attempt loop serves seeds and refinement.
+"""Build a stage subgraph from a stage spec; the same attempt loop serves every branch and step.
 
-start -> [seed fan-out (Send) -> select] -> code -> compile -> check -> time -> profile -> decide
-                                             ^        |fail     |fail                     |
-                                             |        +-> debug +-------------> decide ----+--> boundary
+start -> fan-out (Send) -> select -> code -> compile -> check -> time -> profile -> decide
+                                      ^        |fail     |fail                     |
+                                      |        +-> debug +-------------> decide ----+--> boundary
+
+The fan-out runs the algorithm seeds (explore) or the first round of tuning variants (tune) as
+parallel branches, each the same attempt loop; the sequential loop then refines (explore) or
+keeps tuning with the remaining budget, one profiled step at a time.
 """
 
 from __future__ import annotations
@@ -49,9 +53,19 @@ def _add_attempt_loop(g: StateGraph, spec: StageSpec, deps: Deps, finish: str) -
 
 
 def build_seed_graph(spec: StageSpec, deps: Deps) -> StateGraph:
-    """One algorithm seed: write it, verify it, repair it within the fix budget."""
+    """One parallel branch (an algorithm seed, or a tuning variant of the entry kernel): write it,
+    verify it, time it, repair it within the fix budget."""
     g = StateGraph(StageState, context_schema=Context, input_schema=SeedInput, output_schema=SeedOutput)
-    g.add_node("seed_start", lambda s: {"iteration": 0, "fixes": 0, "exhausted": False, "mode": "seed"})
+    g.add_node(
+        "seed_start",
+        lambda s: {
+            "iteration": 0,
+            "fixes": 0,
+            "exhausted": False,
+            "mode": s.get("mode") or "seed",
+            "branch": True,
+        },
+    )
     g.add_node("seed_done", make_seed_done_node())
     _add_attempt_loop(g, spec, deps, finish="seed_done")
     g.add_edge(START, "seed_start")
@@ -61,11 +75,16 @@ def build_seed_graph(spec: StageSpec, deps: Deps) -> StateGraph:
 
 
 def fan_out_seeds(state: dict) -> list[Send] | str:
+    """Explore: one branch per algorithm seed. Tune: the first round's variants of the entry
+    kernel, all proposed from its profile and evaluated in parallel (timing stays exclusive)."""
     if state.get("exhausted"):
         return "boundary"
     n = int(state.get("n_seeds") or 1)
+    mode = state.get("mode") or "seed"
     shared = {k: state.get(k) for k in ("task", "settings", "started_at", "desc", "decisions")}
-    return [Send("seed", {**shared, "seed_index": i, "n_seeds": n, "mode": "seed"}) for i in range(n)]
+    if mode == "tune":
+        shared.update(entry=state.get("entry"), advice=state.get("advice"))
+    return [Send("seed", {**shared, "seed_index": i, "n_seeds": n, "mode": mode}) for i in range(n)]
 
 
 def build_stage_graph(spec: StageSpec, deps: Deps) -> StateGraph:
@@ -75,13 +94,12 @@ def build_stage_graph(spec: StageSpec, deps: Deps) -> StateGraph:
     g.add_node("boundary", make_boundary_node(spec))
     _add_attempt_loop(g, spec, deps, finish="boundary")
     g.add_edge(START, "start")
-    if spec.kind == "explore":
-        g.add_node("seed", build_seed_graph(spec, deps).compile())
-        g.add_node("select", make_select_node(spec))
-        g.add_conditional_edges("start", fan_out_seeds, ["seed", "boundary"])
-        g.add_edge("seed", "select")
-        g.add_conditional_edges("select", route_after_start, {"code": "code", "boundary": "boundary"})
-    else:
-        g.add_conditional_edges("start", route_after_start, {"code": "code", "boundary": "boundary"})
+    # Both kinds fan out first: explore over algorithm seeds, tune over the first round of
+    # variants; the sequential loop then spends what is left of the stage's budget.
+    g.add_node("seed", build_seed_graph(spec, deps).compile())
+    g.add_node("select", make_select_node(spec))
+    g.add_conditional_edges("start", fan_out_seeds, ["seed", "boundary"])
+    g.add_edge("seed", "select")
+    g.add_conditional_edges("select", route_after_start, {"code": "code", "boundary": "boundary"})
     g.add_edge("boundary", END)
     return g

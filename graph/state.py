@@ -79,6 +79,7 @@ class StageState(TypedDict, total=False):
     mode: str  # "seed" | "refine" | "tune" (a failed attempt is repaired in "fix" mode)
     seed_index: int
     n_seeds: int
+    branch: bool  # inside a parallel branch (a seed or a tuning variant): one proposal + its fixes
     current: Attempt | None
     attempts: Annotated[list[Attempt], operator.add]
     seed_results: Annotated[list[Attempt], operator.add]
@@ -99,7 +100,11 @@ class SeedInput(TypedDict, total=False):
     decisions: list[StageDecision]
     seed_index: int
     n_seeds: int
-    mode: str
+    mode: str  # "seed" or "tune"
+    branch: bool
+    # tuning variants: the kernel they revise and the profiler's advice on it
+    entry: BestKernel | None
+    advice: ProfilerAdvice | None
 
 
 class SeedOutput(TypedDict, total=False):

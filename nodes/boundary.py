@@ -13,6 +13,7 @@ from graph.records import Attempt, BestKernel, StageDecision
 from graph.reducers import beats
 from graph.stages import StageSpec
 from nodes.common import best_of, log, settings_of
+from nodes.profiler import deterministic_advice
 
 
 def make_start_node(spec: StageSpec):
@@ -25,23 +26,29 @@ def make_start_node(spec: StageSpec):
             or bool(state.get("halt"))
         )
         log.info("stage.start", stage=spec.name, skip=skip, entry=entry.candidate.id if entry else None)
+        explore = spec.kind == "explore"
+        # A tuning stage's first round is proposed from the entry kernel's profile (measured in
+        # the stage before): the profiler's reading of it orders what the variants change.
+        advice = None
+        if not explore and entry is not None and entry.profile is not None:
+            advice = deterministic_advice(entry.profile)
         return {
             "entry": entry,
             "stage_best": None,
-            "mode": "seed" if spec.kind == "explore" else "tune",
-            "n_seeds": settings.seeds,
+            "mode": "seed" if explore else "tune",
+            "n_seeds": settings.seeds if explore else settings.width_for(spec.name),
             "iteration": 0,
             "fixes": 0,
-            "advice": None,
+            "advice": advice,
             # A stage with no budget writes nothing (the algorithm stage still runs its seeds).
-            "exhausted": skip or (spec.kind == "tune" and settings.budget_for(spec.name) <= 0),
+            "exhausted": skip or (not explore and settings.budget_for(spec.name) <= 0),
         }
 
     return start
 
 
 def _seed_index(a: Attempt) -> int:
-    m = re.search(r"\.seed(\d+)\.", a.candidate.id)
+    m = re.search(r"\.(?:seed|tune)(\d+)\.", a.candidate.id)
     return int(m.group(1)) if m else 0
 
 
@@ -56,7 +63,18 @@ def select_seed(results: list[Attempt]) -> BestKernel | None:
     return chosen
 
 
+def select_variant(entry: BestKernel, results: list[Attempt]) -> BestKernel | None:
+    """The fastest verified variant that beats the entry kernel beyond noise, else None."""
+    better = [a for a in results if a.verified and beats(a.timing, entry.timing)]
+    if not better:
+        return None
+    return best_of(min(better, key=lambda a: (a.timing.candidate_ms, _seed_index(a))))
+
+
 def make_select_node(spec: StageSpec):
+    if spec.kind == "tune":
+        return _make_tune_select_node(spec)
+
     def select(state: dict[str, Any]) -> dict[str, Any]:
         results = sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
         chosen = select_seed(results)
@@ -72,6 +90,38 @@ def make_select_node(spec: StageSpec):
             "advice": None,
             "exhausted": chosen is None or settings_of(state).budget_for(spec.name) <= 0,
         }
+
+    return select
+
+
+def _make_tune_select_node(spec: StageSpec):
+    def select(state: dict[str, Any]) -> dict[str, Any]:
+        settings = settings_of(state)
+        results = sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
+        entry = state["entry"]
+        chosen = select_variant(entry, results)
+        proposed = sum(1 for a in results if a.candidate.origin.startswith("tune"))
+        # Fewer variants than asked for: the code model has nothing further for this stage.
+        exhausted = proposed < int(state.get("n_seeds") or 1) or proposed >= settings.budget_for(spec.name)
+        log.info(
+            "select",
+            stage=spec.name,
+            variants=len(results),
+            chosen=chosen.candidate.id if chosen else None,
+            exhausted=exhausted,
+        )
+        update: dict[str, Any] = {
+            "attempts": results,
+            "mode": "tune",
+            "iteration": len(results),
+            "fixes": 0,
+            "exhausted": exhausted,
+        }
+        if chosen is not None:
+            update["stage_best"] = chosen
+            if chosen.profile is not None:
+                update["advice"] = deterministic_advice(chosen.profile)
+        return update
 
     return select
 

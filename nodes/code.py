@@ -53,11 +53,14 @@ def make_code_node(spec: StageSpec, deps: Deps):
             diagnosis=last.diagnosis if fixing and last is not None else None,
             advice=state.get("advice"),
             recent=recent(state, settings.recent_k),
+            tried=[a.candidate.params for a in state.get("attempts") or [] if a.candidate.params],
             decisions=state.get("decisions") or [],
             iteration=state.get("iteration", 0),
             policy=settings.policy,
         )
-        ident = f"{spec.name}.{base_mode}{state.get('seed_index', '') if base_mode == 'seed' else ''}.{req.iteration}"
+        # Parallel branches (seeds, tuning variants) carry their index, so ids never collide.
+        branch_index = state.get("seed_index", "") if base_mode == "seed" or state.get("branch") else ""
+        ident = f"{spec.name}.{base_mode}{branch_index}.{req.iteration}"
         t0 = time.perf_counter()
         try:
             models = deps.models(settings, thread_id(config))

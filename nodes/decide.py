@@ -16,10 +16,12 @@ def proposals(attempts: list[Attempt], mode: str) -> int:
     return sum(1 for a in attempts if a.candidate.origin.split(":", 1)[0] == mode)
 
 
-def out_of_budget(spec: StageSpec, mode: str, settings: Context, attempts: list[Attempt], fixes: int) -> bool:
+def out_of_budget(
+    spec: StageSpec, mode: str, settings: Context, attempts: list[Attempt], fixes: int, branch: bool = False
+) -> bool:
     last = attempts[-1]
     fix_pending = not last.verified and bool(last.candidate.source) and 0 < fixes <= settings.fix_budget
-    if mode == "seed":
+    if mode == "seed" or branch:  # a parallel branch: one proposal, then its repairs
         return last.verified or not fix_pending
     budget = settings.budget_for(spec.name)
     # A hard cap as well, so a model that keeps failing cannot loop for ever.
@@ -52,7 +54,7 @@ def make_decide_node(spec: StageSpec):
         if mode != "seed":
             loop_attempts = [a for a in loop_attempts if not a.candidate.origin.startswith("seed")]
         fixes = update.get("fixes", state.get("fixes", 0))
-        if out_of_budget(spec, mode, settings, loop_attempts, fixes):
+        if out_of_budget(spec, mode, settings, loop_attempts, fixes, bool(state.get("branch"))):
             update["exhausted"] = True
         log.info(
             "decide",

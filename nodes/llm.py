@@ -478,7 +478,9 @@ class LLMCode(_LLMRole):
     def __init__(self, model: str, chat: BaseChatModel, cfg: LLMConfig):
         super().__init__(model, chat, cfg)
         # Parameter sets already proposed by the tiling sweep, per (task, stage): `recent` only holds K.
+        # Parallel variants of a round call in from several threads: one picks at a time.
         self._swept: dict[tuple[str, str], set[str]] = {}
+        self._sweep_lock = threading.Lock()
 
     def render(self, req: CodeRequest) -> tuple[str, str, dict[str, str]]:
         """(system, user, prompt ref) for a request: also used by tests and `egg` to show prompts."""
@@ -488,6 +490,7 @@ class LLMCode(_LLMRole):
         if req.mode == "seed":
             mode_vars = {"seed_number": req.seed_index + 1, "n_seeds": req.n_seeds}
         elif req.mode == "tune":
+            mode_vars.update(variant_number=req.seed_index + 1, n_variants=req.n_seeds)
             space, baked = read_tunables(req.best.candidate.source) if req.best else ({}, {})
             mode_vars["tunables"] = (
                 "; ".join(f"{k}: now {baked.get(k)!r}, declared {v!r}" for k, v in space.items())
@@ -524,23 +527,24 @@ class LLMCode(_LLMRole):
         if best is None:
             return None
         variants = tunable_variants(best.candidate.source, dict(best.candidate.params))
-        tried = self._swept.setdefault((req.task.name, req.stage.name), set())
-        tried.add(_canon(read_tunables(best.candidate.source)[1]))
-        seen = tried | {_canon(s.params) for s in req.recent if s.params}
-        for params, source in variants:
-            key = _canon(params)
-            if key in seen:
-                continue
-            tried.add(key)
-            changed = {k: v for k, v in params.items() if best.candidate.params.get(k, v) != v} or params
-            name, value = next(iter(changed.items()))
-            return CodeReply(
-                source=source,
-                origin=f"tune:{name}={value}",
-                params=params,
-                note=f"sweep of the declared EGG_TUNABLES: {name}={value!r} (no model call)",
-            )
-        return None
+        with self._sweep_lock:
+            tried = self._swept.setdefault((req.task.name, req.stage.name), set())
+            tried.add(_canon(read_tunables(best.candidate.source)[1]))
+            seen = tried | {_canon(s.params) for s in req.recent if s.params} | {_canon(p) for p in req.tried}
+            pick = next(((p, src) for p, src in variants if _canon(p) not in seen), None)
+            if pick is not None:
+                tried.add(_canon(pick[0]))
+        if pick is None:
+            return None
+        params, source = pick
+        changed = {k: v for k, v in params.items() if best.candidate.params.get(k, v) != v} or params
+        name, value = next(iter(changed.items()))
+        return CodeReply(
+            source=source,
+            origin=f"tune:{name}={value}",
+            params=params,
+            note=f"sweep of the declared EGG_TUNABLES: {name}={value!r} (no model call)",
+        )
 
     def write(self, req: CodeRequest) -> CodeReply:
         if req.mode == "tune" and req.stage.name == "tiling" and self.cfg.tune_sweep:

@@ -78,13 +78,17 @@ class CodeRequest(BaseModel):
     stage: StageBrief
     task: TaskSpec
     desc: TaskDescription
-    seed_index: int = 0  # which seed, in "seed" mode (0..n_seeds-1)
+    # Which parallel branch (0..n_seeds-1): the seed in "seed" mode, the variant of a tuning
+    # round in "tune" mode (variant i makes the i-th most promising change).
+    seed_index: int = 0
     n_seeds: int = 1
     best: BestKernel | None = None  # the kernel entering this step (None while seeding)
     failed: Attempt | None = None  # in "fix" mode: the attempt to repair
     diagnosis: Diagnosis | None = None  # in "fix" mode
     advice: ProfilerAdvice | None = None  # the profiler's latest advice, if any
     recent: list[AttemptSummary] = Field(default_factory=list)  # last K attempts of this step
+    # Parameters of every attempt of this stage so far (not shown to LLMs: `recent` is).
+    tried: list[dict[str, Any]] = Field(default_factory=list)
     decisions: list[StageDecision] = Field(default_factory=list)  # earlier stages' decisions
     iteration: int = 0
     # The PyTorch-compute policy the checker will apply ("strict" forbids library matmul/conv).

@@ -121,7 +121,10 @@ class ScriptedCode:
         seq = self.script.get((req.stage.name, req.mode), [])
         i = req.seed_index if req.mode == "seed" else req.iteration
         if req.mode == "refine" or req.mode == "tune":
+            # a parallel tuning round asks for variants 0..n-1 at once; later steps go on from there
             i = sum(1 for r in req.recent if r.origin.startswith(req.mode))
+            if req.mode == "tune":
+                i += req.seed_index
         if req.mode == "fix":
             i = 0
         if i >= len(seq) or seq[i] is None:

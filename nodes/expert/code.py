@@ -47,6 +47,7 @@ KNOWN_OPS = (
         "group_norm",
         "cross_entropy",
         "scaled_dot_product_attention",
+        "tri_mask",  # a causal mask built in forward (attention computes it from indices)
     }
 )
 
@@ -143,7 +144,7 @@ class ExpertCode:
         )
 
     def _tried(self, req: CodeRequest) -> set[str]:
-        tried = {_key(a.params) for a in req.recent if a.params}
+        tried = {_key(a.params) for a in req.recent if a.params} | {_key(p) for p in req.tried}
         if req.best is not None:
             tried.add(_key(req.best.candidate.params))
         if req.failed is not None:
@@ -216,6 +217,9 @@ class ExpertCode:
         order = spaces.BOTTLENECK_ORDER.get(bottleneck, spaces.BOTTLENECK_ORDER["memory"]).get(stage, [])
         names = [p for p in order if p in space] + sorted(p for p in space if p not in order)
         tried = self._tried(req)
+        # The coordinate moves around the best kernel, most promising first; variant i of a
+        # parallel round takes the i-th (one at a time, i is 0: the first untried).
+        moves: list[tuple[str, Any, dict[str, Any]]] = []
         for pname in names:
             for value in space[pname]:
                 if base.get(pname) == value:
@@ -224,11 +228,16 @@ class ExpertCode:
                 cand[pname] = value
                 if _key(cand) in tried or not self._valid(fam, plan, cand):
                     continue
-                why = f"{stage} coordinate search around the best kernel ({pname}={base.get(pname)!r})"
-                if req.advice is not None:
-                    why += f"; profiler says {req.advice.bottleneck}-bound, so {pname} is tried early"
-                return self._reply(req, fam_name, fam, view, plan, cand, f"tune:{pname}={value}", why)
-        return CodeReply(source=None, family=fam_name, note=f"{stage} space exhausted")
+                moves.append((pname, value, cand))
+        if req.seed_index >= len(moves):
+            return CodeReply(source=None, family=fam_name, note=f"{stage} space exhausted")
+        pname, value, cand = moves[req.seed_index]
+        why = f"{stage} coordinate search around the best kernel ({pname}={base.get(pname)!r})"
+        if req.n_seeds > 1:
+            why += f"; variant {req.seed_index + 1}/{req.n_seeds} of a parallel round"
+        if req.advice is not None:
+            why += f"; profiler says {req.advice.bottleneck}-bound, so {pname} is tried early"
+        return self._reply(req, fam_name, fam, view, plan, cand, f"tune:{pname}={value}", why)
 
     def _fix(self, req, fam_name, fam, view, plan) -> CodeReply:
         failed = req.failed

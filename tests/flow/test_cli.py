@@ -50,6 +50,14 @@ def test_bad_option_values_are_bad_input(tmp_path):
     assert r.returncode == 2 and "unknown stage" in r.stderr
     r = egg("optimize", str(ROOT / "examples" / "softmax.py"), "--device", "tpu", home=tmp_path)
     assert r.returncode == 2
+    for flag, value, msg in (
+        ("--tune-width", "0", "tune_width must be >= 1"),
+        ("--tune-budget", "-1", "tune_budget must be >= 0"),
+    ):
+        r = egg(
+            "optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu", flag, value, home=tmp_path
+        )
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.fixture(scope="module")

@@ -131,3 +131,48 @@ def test_stages_option_skips_tuning():
     assert by["algorithm"].outcome == "improved"
     assert all(by[s].outcome == "skipped" for s in ("mapping", "tiling", "memory"))
     assert not [r for r in code.requests if r.stage.name != "algorithm"]
+
+
+PARALLEL = {
+    **SCRIPT,
+    # variants 0..2 of the first mapping round; the fastest beating the entry (0.40) wins, not the first
+    ("mapping", "tune"): ["# m1 G=2 ms=0.35", "# m2 G=4 ms=0.30", "# m3 G=8 ms=0.32", "# m4 G=16 ms=0.2"],
+}
+
+
+def test_tuning_round_proposes_variants_in_parallel_from_the_entry_profile():
+    out, code, *_ = run(PARALLEL, tune_budget=3, tune_width=3)
+    by = {d.stage: d for d in out["decisions"]}
+    reqs = [r for r in code.requests if r.stage.name == "mapping" and r.mode == "tune"]
+    # one round of three variants (the budget), all revising the entry, none after it
+    assert sorted(r.seed_index for r in reqs) == [0, 1, 2] and {r.n_seeds for r in reqs} == {3}
+    assert {r.best.candidate.id for r in reqs} == {reqs[0].best.candidate.id}
+    assert reqs[0].best.candidate.stage == "algorithm"
+    # the round is ordered by the profiler's reading of the entry kernel, measured in the stage before
+    assert all(r.advice is not None and r.advice.bottleneck for r in reqs)
+    assert by["mapping"].outcome == "improved" and "G: None -> 4" in by["mapping"].changed
+    assert by["mapping"].attempts == 3  # the fourth scripted variant was never asked for
+    assert out["best"].candidate.source == "# m2 G=4 ms=0.30"
+
+
+def test_tuning_width_one_is_one_profiled_step_at_a_time():
+    out, code, *_ = run(PARALLEL, tune_budget=3, tune_width=1)
+    reqs = [r for r in code.requests if r.stage.name == "mapping" and r.mode == "tune"]
+    assert [(r.seed_index, r.n_seeds) for r in reqs] == [(0, 1)] * 3
+    # each step after the first revises the best so far: m1 (0.35) beats 0.40, m2 (0.30) beats m1
+    assert [r.best.candidate.source.split(" ms=")[0] for r in reqs[1:]] == ["# m1 G=2", "# m2 G=4"]
+    assert out["best"].candidate.source == "# m2 G=4 ms=0.30"
+
+
+def test_budget_beyond_the_width_continues_sequentially_from_the_round_winner():
+    out, code, *_ = run(PARALLEL, tune_budget=4, tune_width=2)
+    reqs = [r for r in code.requests if r.stage.name == "mapping" and r.mode == "tune"]
+    assert len(reqs) == 4  # two in parallel, then two one at a time: the budget, no more
+    round1, rest = reqs[:2], reqs[2:]
+    assert sorted(r.seed_index for r in round1) == [0, 1] and all(r.n_seeds == 2 for r in round1)
+    assert all(r.best.candidate.source == "# m2 G=4 ms=0.30" for r in rest)
+    # the sequential steps see every parameter set the round tried, beyond the recent window
+    assert {t["G"] for t in rest[0].tried} == {"2", "4"}
+    assert out["best"].candidate.source == "# m4 G=16 ms=0.2"
+    ids = [a for a in (d.best_candidate_id for d in out["decisions"]) if a and a.startswith("mapping")]
+    assert ids and ".tune" in ids[0]

@@ -77,7 +77,10 @@ def test_code_prompt_renders_every_variable(stage: str, mode: str) -> None:
     assert req.task.source.strip() in user
     assert P.POLICY_RULES["mixed"] in system
     assert ref["id"] == f"{stage}/code" and ref["version"] == "1" and len(ref["sha256"]) == 64
-    assert f"common/mode_{mode}@1" in ref["parts"]
+    version = {"tune": 2}.get(mode, 1)  # tune v2: variants of a parallel round
+    assert f"common/mode_{mode}@{version}" in ref["parts"]
+    if mode == "tune":
+        assert f"variant {req.seed_index + 1} of {req.n_seeds}" in user
     if mode == "fix":
         assert "max_abs_err 4.2e-1" in user and "REPAIR" in user
     if mode == "seed":
