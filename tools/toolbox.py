@@ -131,7 +131,11 @@ class Toolbox:
         # Process start, interpreter and result hand-back: what the worker itself did not time.
         phases["startup_and_exit"] = round(
             res.seconds
-            - sum(v for k, v in phases.items() if "." not in k and k not in ("lock_waits", "memory_units")),
+            - sum(
+                v
+                for k, v in phases.items()
+                if "." not in k and k not in ("lock_waits", "memory_units", "peak_gib", "estimate_gib")
+            ),
             3,
         )
         _log.info("tool.evaluate", task=task.name, wall_s=round(res.seconds, 3), **phases)

@@ -328,6 +328,7 @@ def test_largest_tiles_compile(cdescs, cseeds):
         ("cv01", {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 32, "num_stages": 3}),
         ("d02", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 2}),
         ("cv03", {"PRECISION": "ieee"}),
+        ("cv01", {"PRECISION": "tf32"}),
     ]:
         seed = cseeds[case][0]
         params = dict(seed.params, **changes)
@@ -338,3 +339,17 @@ def test_largest_tiles_compile(cdescs, cseeds):
         jobs.append(dict(check_jobs(ALL[case][0], COMPILE[case], [r])[0], kind="compile"))
     for res in run_jobs(jobs, interpret=False):
         assert res.get("ok"), res.get("error")
+
+
+def test_refinement_matches_the_references_tf32_convolution(cdescs, cseeds):
+    """A 3xTF32 conv seed is refined to one TF32 MMA (what cuDNN does for fp32 by default); the
+    checker, not the expert, decides whether that is accurate enough. A refinement of that
+    refinement offers nothing further."""
+    code = ExpertCode()
+    seed = cseeds["cv01"][0]
+    assert seed.params["PRECISION"] == "tf32x3"
+    r = code.write(request(cdescs["cv01"], mode="refine", best=_best(seed, seed.params)))
+    assert r.origin == "refine:tf32-like-the-reference" and r.params["PRECISION"] == "tf32"
+    assert 'input_precision="tf32"' in r.source
+    again = code.write(request(cdescs["cv01"], mode="refine", best=_best(r, r.params)))
+    assert again.source is None

@@ -28,7 +28,6 @@ from tools.worker.common import (
     DELEGABLE,
     BadTask,
     CandidateLoadError,
-    Laps,
     LoadedTask,
     OpRecorder,
     as_outputs,
@@ -46,6 +45,7 @@ from tools.worker.common import (
     upcast,
 )
 from tools.worker.gpulock import gpu_lock
+from tools.worker.laps import Laps
 from tools.worker.static_rules import static_findings
 
 # (atol, rtol) by output dtype; the candidate is also allowed REF_ERR_MULT x the reference's own error.

@@ -11,7 +11,6 @@ import importlib.util
 import math
 import sys
 import tempfile
-import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,19 +91,6 @@ def apply_overrides(source: str, overrides: dict[str, int]) -> str:
         b = s.encode()
         lines[l0 - 1] = (b[:c0] + text.encode() + b[c1:]).decode()
     return "".join(lines)
-
-
-class Laps:
-    """Seconds per named phase of a job (a phase named twice accumulates), for its `phases`."""
-
-    def __init__(self) -> None:
-        self.phases: dict[str, float] = {}
-        self._t = time.monotonic()
-
-    def __call__(self, name: str) -> None:
-        now = time.monotonic()
-        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._t, 3)
-        self._t = now
 
 
 def load_module(source: str, stem: str, workdir: str | None = None) -> types.ModuleType:

@@ -20,18 +20,18 @@ from typing import Any
 from tools.worker import gpulock
 from tools.worker.gpulock import gpu_lock
 from tools.worker.gpumem import gpu_memory, job_units, known_units
+from tools.worker.laps import Laps
 
 
 def run_evaluate(job) -> dict[str, Any]:
+    lap = Laps()
     import torch
     import triton  # noqa: F401
 
     from tools.worker.check import run_check
-    from tools.worker.common import Laps
     from tools.worker.compile_job import run_compile
     from tools.worker.timing import run_time
 
-    lap = Laps()
     phases = lap.phases
     lap("imports")
     out: dict[str, Any] = {"phases": phases}
@@ -80,3 +80,8 @@ def run_evaluate(job) -> dict[str, Any]:
         return out
     finally:
         phases["lock_waits"] = round(sum(gpulock.WAITED.values()), 3)
+        if cuda and torch.cuda.is_initialized():
+            # Measured peak vs the admission estimate: the data to calibrate tools/worker/gpumem.py.
+            phases["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+            if job.options.get("peak_bytes") is not None:
+                phases["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)

@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from tools.worker.common import Laps, as_outputs, clone_inputs, launch_log, load_task, to_device
+from tools.worker.common import as_outputs, clone_inputs, launch_log, load_task, to_device
+from tools.worker.laps import Laps
 
 # Upper bounds used for the speed-of-light check (deliberately above any real H200 number).
 SOL_BANDWIDTH = 5.0e12  # bytes/s (H200 spec is 4.8 TB/s)
