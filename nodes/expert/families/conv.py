@@ -35,7 +35,7 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Unsupported, assemble, is_node
-from .gemm import dot_tile_problem
+from .gemm import dot_tile_problem, grouped_tiles
 
 CONV_OPS = {"conv1d", "conv2d", "conv3d"}
 CONVT_OPS = {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
@@ -359,17 +359,7 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     L = [
         "pid = tl.program_id(0)",
         "g = tl.program_id(1)",
-        "num_m = tl.cdiv(M, BLOCK_M)",
-        "num_n = tl.cdiv(CPO, BLOCK_N)",
-        # Grouped tile order: GROUP_M row tiles share each weight column band while it is in L2.
-        "per_group = GROUP_M * num_n",
-        "first_m = (pid // per_group) * GROUP_M",
-        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
-        "pid_m = first_m + (pid % per_group) % rows_in_group",
-        "pid_n = (pid % per_group) // rows_in_group",
-        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        "rk = tl.arange(0, BLOCK_K)",
+        *grouped_tiles("CPO"),  # the weights of the group are the B operand
         "m_ok = rm < M",
         "n_ok = rn < CPO",
         "w_base = w_ptr + g * (CPG * CPO) * " + " * ".join(f"KFULL_{X}" for X in U),

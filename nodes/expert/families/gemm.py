@@ -239,6 +239,24 @@ def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
     return {"SPLIT_K": 1}
 
 
+def grouped_tiles(n_cols: str) -> list[str]:
+    """Kernel lines mapping program id `pid` to an (M, n_cols) output tile in grouped order:
+    GROUP_M row tiles share each column band of the B operand while it sits in L2. Defines
+    pid_m, pid_n and the row / column / K offsets rm, rn, rk."""
+    return [
+        "num_m = tl.cdiv(M, BLOCK_M)",
+        f"num_n = tl.cdiv({n_cols}, BLOCK_N)",
+        "per_group = GROUP_M * num_n",
+        "first_m = (pid // per_group) * GROUP_M",
+        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
+        "pid_m = first_m + (pid % per_group) % rows_in_group",
+        "pid_n = (pid % per_group) // rows_in_group",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "rk = tl.arange(0, BLOCK_K)",
+    ]
+
+
 def dot_tile_problem(params: dict[str, Any]) -> str | None:
     """Why BLOCK_M x BLOCK_N x BLOCK_K tl.dot tiles cannot run on sm_90 (None when they can)."""
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
@@ -413,17 +431,7 @@ def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool, atomic: boo
     L = [
         "pid = tl.program_id(0)",
         "bid = tl.program_id(1).to(tl.int64)",
-        "num_m = tl.cdiv(M, BLOCK_M)",
-        "num_n = tl.cdiv(N, BLOCK_N)",
-        # Grouped order: GROUP_M row-tiles share each column band of B while it sits in L2.
-        "per_group = GROUP_M * num_n",
-        "first_m = (pid // per_group) * GROUP_M",
-        "rows_in_group = tl.minimum(num_m - first_m, GROUP_M)",
-        "pid_m = first_m + (pid % per_group) % rows_in_group",
-        "pid_n = (pid % per_group) // rows_in_group",
-        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-        "rk = tl.arange(0, BLOCK_K)",
+        *grouped_tiles("N"),
         # Clamp rows/cols into range so the K loop needs no M/N masks; the store is masked.
         "ra = tl.where(rm < M, rm, 0)",
         "rb = tl.where(rn < N, rn, 0)",
