@@ -101,7 +101,6 @@ class SeedInput(TypedDict, total=False):
     seed_index: int
     n_seeds: int
     mode: str  # "seed" or "tune"
-    branch: bool
     # tuning variants: the kernel they revise and the profiler's advice on it
     entry: BestKernel | None
     advice: ProfilerAdvice | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from graph.records import Attempt, BestKernel, StageDecision
+from graph.records import Attempt, BestKernel, ProfilerAdvice, StageDecision
 from graph.reducers import beats
 from graph.stages import StageSpec
 from nodes.common import best_of, log, settings_of
@@ -27,11 +27,6 @@ def make_start_node(spec: StageSpec):
         )
         log.info("stage.start", stage=spec.name, skip=skip, entry=entry.candidate.id if entry else None)
         explore = spec.kind == "explore"
-        # A tuning stage's first round is proposed from the entry kernel's profile (measured in
-        # the stage before): the profiler's reading of it orders what the variants change.
-        advice = None
-        if not explore and entry is not None and entry.profile is not None:
-            advice = deterministic_advice(entry.profile)
         return {
             "entry": entry,
             "stage_best": None,
@@ -39,12 +34,23 @@ def make_start_node(spec: StageSpec):
             "n_seeds": settings.seeds if explore else settings.width_for(spec.name),
             "iteration": 0,
             "fixes": 0,
-            "advice": advice,
+            # A tuning stage's first round is proposed from the entry kernel's profile (measured
+            # in the stage before): the profiler's reading of it orders what the variants change.
+            "advice": None if explore else _advice_on(entry),
             # A stage with no budget writes nothing (the algorithm stage still runs its seeds).
             "exhausted": skip or (not explore and settings.budget_for(spec.name) <= 0),
         }
 
     return start
+
+
+def _advice_on(best: BestKernel | None) -> ProfilerAdvice | None:
+    return deterministic_advice(best.profile) if best is not None and best.profile is not None else None
+
+
+def _branch_results(state: dict[str, Any]) -> list[Attempt]:
+    """The parallel branches' attempts, in branch order."""
+    return sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
 
 
 def _seed_index(a: Attempt) -> int:
@@ -76,7 +82,7 @@ def make_select_node(spec: StageSpec):
         return _make_tune_select_node(spec)
 
     def select(state: dict[str, Any]) -> dict[str, Any]:
-        results = sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
+        results = _branch_results(state)
         chosen = select_seed(results)
         log.info(
             "select", stage=spec.name, seeds=len(results), chosen=chosen.candidate.id if chosen else None
@@ -97,7 +103,7 @@ def make_select_node(spec: StageSpec):
 def _make_tune_select_node(spec: StageSpec):
     def select(state: dict[str, Any]) -> dict[str, Any]:
         settings = settings_of(state)
-        results = sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
+        results = _branch_results(state)
         entry = state["entry"]
         chosen = select_variant(entry, results)
         proposed = sum(1 for a in results if a.candidate.origin.startswith("tune"))
@@ -119,8 +125,9 @@ def _make_tune_select_node(spec: StageSpec):
         }
         if chosen is not None:
             update["stage_best"] = chosen
-            if chosen.profile is not None:
-                update["advice"] = deterministic_advice(chosen.profile)
+            advice = _advice_on(chosen)
+            if advice is not None:  # the next steps start from the winner's profile
+                update["advice"] = advice
         return update
 
     return select

@@ -61,10 +61,8 @@ class Toolbox:
 
     @staticmethod
     def _key(task: TaskSpec, source: str, policy: str, tolerance: float | None) -> tuple:
-        digest = hashlib.sha256(
-            f"{task.source}\0{sorted(task.size_overrides.items())}\0{source}".encode()
-        ).hexdigest()
-        return (digest, task.device, policy, tolerance)
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        return (Toolbox._task_key(task), digest, task.device, policy, tolerance)
 
     def _take(self, key: tuple, part: str) -> JobResult | None:
         with self._lock:
@@ -128,17 +126,11 @@ class Toolbox:
             return self._compile_report(res)
         parts = dict(res.payload)
         phases = dict(parts.pop("phases", {}) or {})
-        # Process start, interpreter and result hand-back: what the worker itself did not time.
-        phases["startup_and_exit"] = round(
-            res.seconds
-            - sum(
-                v
-                for k, v in phases.items()
-                if "." not in k and k not in ("lock_waits", "memory_units", "peak_gib", "estimate_gib")
-            ),
-            3,
-        )
-        _log.info("tool.evaluate", task=task.name, wall_s=round(res.seconds, 3), **phases)
+        gpu = dict(parts.pop("gpu", {}) or {})
+        # Process start, interpreter and result hand-back: what the worker itself did not time
+        # (its top-level phases; "step.sub" entries are parts of their step).
+        phases["startup_and_exit"] = round(res.seconds - sum(v for k, v in phases.items() if "." not in k), 3)
+        _log.info("tool.evaluate", task=task.name, wall_s=round(res.seconds, 3), **phases, **gpu)
         pending = {}
         for part in ("check", "time"):
             if part in parts:

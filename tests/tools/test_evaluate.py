@@ -32,6 +32,14 @@ def test_evaluate_runs_compile_then_check_in_one_process():
     assert res.payload["compile"]["ok"] is True
     assert res.payload["check"]["accepted"] is True
     assert "time" not in res.payload  # nothing is timed on CPU
+    # `phases` holds seconds only (so the toolbox can subtract them from the job's wall time);
+    # other readings go to `gpu`, and on CPU there are no memory shares.
+    phases, gpu = res.payload["phases"], res.payload["gpu"]
+    assert {"imports", "compile", "check", "compile.record", "check.trials"} <= set(phases)
+    assert all(isinstance(v, float) and v >= 0 for v in phases.values())
+    assert set(gpu) == {"lock_waits"}
+    top = sum(v for k, v in phases.items() if "." not in k)
+    assert top <= res.seconds
 
 
 def test_evaluate_stops_at_the_first_failure():

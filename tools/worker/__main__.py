@@ -65,12 +65,10 @@ def _dispatch(job) -> dict:
         return run_evaluate(job)
     if job.device != "cuda":
         return _dispatch_unlocked(job)
-    import torch
-
     from tools.worker.gpulock import gpu_lock
-    from tools.worker.gpumem import gpu_memory, job_units
+    from tools.worker.gpumem import gpu_memory, job_units, share_cpu_threads
 
-    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    share_cpu_threads()
     with gpu_memory(job_units(job)):
         if job.kind in ("time", "benchmark"):
             from tools.worker.timing import run_time

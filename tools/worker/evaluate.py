@@ -8,8 +8,10 @@ GPU sharing: the job holds its memory shares (tools/worker/gpumem.py) throughout
 check take the per-GPU lock shared around each step that runs on the GPU, and the timing holds
 it exclusively (tools/worker/gpulock.py).
 
-`phases` in the payload says where the job's seconds went (imports, CUDA start-up, each step,
-waits for the per-GPU lock), so slow tool loops can be diagnosed from a run's log.
+`phases` in the payload says where the job's seconds went (imports, CUDA start-up, each step and
+its own steps as "step.sub", the waits for memory and for the exclusive lock), and `gpu` holds
+the other readings (memory shares, measured peak against the estimate, all waits of the process),
+so slow tool loops can be diagnosed from a run's log.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from tools.worker import gpulock
 from tools.worker.gpulock import gpu_lock
-from tools.worker.gpumem import gpu_memory, job_units, known_units
+from tools.worker.gpumem import gpu_memory, job_units, known_units, share_cpu_threads
 from tools.worker.laps import Laps
 
 
@@ -34,7 +36,8 @@ def run_evaluate(job) -> dict[str, Any]:
 
     phases = lap.phases
     lap("imports")
-    out: dict[str, Any] = {"phases": phases}
+    gpu: dict[str, float | int] = {}
+    out: dict[str, Any] = {"phases": phases, "gpu": gpu}
     cuda = job.device == "cuda"
 
     def sub(step: str) -> None:
@@ -50,7 +53,7 @@ def run_evaluate(job) -> dict[str, Any]:
                 held.enter_context(gpu_memory(units))
                 lap("wait_memory")
             if cuda:
-                torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+                share_cpu_threads()
                 torch.cuda.init()
                 torch.empty(1, device="cuda")
                 lap("cuda_init")
@@ -59,7 +62,7 @@ def run_evaluate(job) -> dict[str, Any]:
                     lap("estimate_memory")
                     held.enter_context(gpu_memory(units))
                     lap("wait_memory")
-                phases["memory_units"] = units
+                gpu["memory_units"] = units
             out["compile"] = run_compile(job)
             lap("compile")
             sub("compile")
@@ -79,9 +82,10 @@ def run_evaluate(job) -> dict[str, Any]:
                 sub("time")
         return out
     finally:
-        phases["lock_waits"] = round(sum(gpulock.WAITED.values()), 3)
+        # every wait of the process: memory shares and the lock, shared and exclusive
+        gpu["lock_waits"] = round(sum(gpulock.WAITED.values()), 3)
         if cuda and torch.cuda.is_initialized():
             # Measured peak vs the admission estimate: the data to calibrate tools/worker/gpumem.py.
-            phases["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+            gpu["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
             if job.options.get("peak_bytes") is not None:
-                phases["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)
+                gpu["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)

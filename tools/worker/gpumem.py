@@ -2,10 +2,11 @@
 
 Checking a candidate at the task's real size keeps several full-size copies alive (pristine
 inputs, a float64 reference, the candidate's outputs and the comparison's temporaries), so a
-handful of multi-GB tasks checked at once would run the GPU out of memory. Each worker first
-estimates its peak from the task's shapes (a forward pass on the meta device, which allocates
-nothing) and then holds that many of `SLOTS` equal shares of the GPU's memory, as file locks
-beside the per-GPU lock (`<lock>.mem<i>`). Requests queue in order through `<lock>.memq`, so a
+handful of multi-GB tasks checked at once would run the GPU out of memory. The task's peak is
+estimated from its shapes (a forward pass on the meta device, which allocates nothing) once, by
+its describe job; the toolbox passes it to every later job, and each worker holds that many of
+`SLOTS` equal shares of the GPU's memory, as file locks beside the per-GPU lock
+(`<lock>.mem<i>`), before it creates a CUDA context. Requests queue in order through `<lock>.memq`, so a
 large request is not starved by small ones. Lock order everywhere: memory shares first, then
 the reader/writer lock of tools/worker/gpulock.py, never the other way round.
 """
@@ -112,6 +113,13 @@ def gpu_memory(units: int) -> Iterator[None]:
         for fd in fds:
             os.close(fd)
         os.close(queue_fd)
+
+
+def share_cpu_threads() -> None:
+    """At most 4 intra-op CPU threads per worker: many workers share the machine's cores."""
+    import torch
+
+    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
 
 
 def known_units(job) -> int | None:
