@@ -151,6 +151,8 @@ class CheckReport(Record):
     degenerate: list[str] = Field(default_factory=list)
     device: Device = "cpu"
     seconds: float | None = None
+    # How the candidate's process was confined: mechanisms applied and missing (tools/worker/confine.py)
+    isolation: dict[str, list[str]] = Field(default_factory=dict)
 
     @property
     def first_rule(self) -> str | None:
@@ -175,7 +177,16 @@ class TimingReport(Record):
     candidate_p20_ms: float | None = None
     candidate_p80_ms: float | None = None
     eager_ms: float | None = None
+    eager_p20_ms: float | None = None
+    eager_p80_ms: float | None = None
     compile_ms: float | None = None
+    compile_p20_ms: float | None = None
+    compile_p80_ms: float | None = None
+    # where eager/compile figures came from: "measured" in this job, or "cached <when>" (same
+    # task, sizes, GPU and versions, measured earlier on this machine)
+    baseline: str | None = None
+    # the judge's own clock over many back-to-back calls: the check on the candidate's claimed median
+    wall_ms: float | None = None
     cudagraph_ms: float | None = None
     noise: float | None = None  # relative spread (p80 - p20) / median of the candidate
     candidate_launches: int | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def sandbox_env(workdir: str, device: str, extra: dict[str, str] | None = None) 
     return env
 
 
-class _Tail:
+class Tail:
     """Keeps only the last `limit` bytes written to a pipe (a candidate may print gigabytes)."""
 
     def __init__(self, stream, limit: int = TAIL_BYTES) -> None:
@@ -84,94 +85,313 @@ class _Tail:
         return prefix + data.decode("utf-8", errors="replace")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(pid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     except PermissionError:
-        proc.kill()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
-def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResult:
-    """Run `job` in a fresh worker process; never raises for a job's own failure.
+class _Cold:
+    """A job in its own fresh `python -m tools.worker` process."""
 
-    GPU jobs take the per-GPU file lock inside the worker (shared to compile or check, exclusive
-    to time), so timing never overlaps other GPU work, from this process or another."""
-    py = python or sys.executable
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="egg-job-") as workdir:
-        job_path = Path(workdir) / "job.json"
-        result_path = Path(workdir) / "result.json"
-        job_path.write_text(job.model_dump_json())
-        nonce = secrets.token_hex(16)
-        env = sandbox_env(workdir, job.device, {"EGG_RESULT_NONCE": nonce})
-        proc = subprocess.Popen(
-            [py, "-m", "tools.worker", str(job_path), str(result_path)],
+    def __init__(self, py: str, workdir: str, job: Job, nonce: str) -> None:
+        self.proc = subprocess.Popen(
+            [py, "-m", "tools.worker", f"{workdir}/job.json", f"{workdir}/result.json", str(os.getpid())],
             cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
+            env=sandbox_env(workdir, job.device),
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        out, err = _Tail(proc.stdout), _Tail(proc.stderr)
-        timed_out = False
         try:
-            rc = proc.wait(timeout=timeout_s)
+            # the nonce goes on stdin: an environment variable would be readable in /proc
+            self.proc.stdin.write(nonce.encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass  # the worker died at once: reported as a crash
+        self.out, self.err = Tail(self.proc.stdout), Tail(self.proc.stderr)
+
+    def wait(self, timeout_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            rc = proc.wait()
-        # Whatever the candidate left running in its session goes too.
-        _kill_group(proc)
-        seconds = time.monotonic() - t0
-        stdout_tail, stderr_tail = out.text(), err.text()
-        common = dict(
-            kind=job.kind, exit_code=rc, stdout_tail=stdout_tail, stderr_tail=stderr_tail, seconds=seconds
+            return None
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid)
+
+    def reap(self) -> int:
+        return self.proc.wait()
+
+    def tails(self) -> tuple[str, str]:
+        return self.out.text(), self.err.text()
+
+
+class _Warm:
+    """A job in a process forked from a warm server (see WorkerPool)."""
+
+    def __init__(self, pool: WorkerPool, workdir: str, nonce: str) -> None:
+        self.pool, self.workdir = pool, workdir
+        self.slot = pool.submit(workdir, nonce)
+
+    def wait(self, timeout_s: float) -> int | None:
+        if not self.slot.done.wait(timeout_s):
+            return None
+        return self.slot.rc
+
+    def kill(self) -> None:
+        if self.slot.pid:
+            _kill_group(self.slot.pid)
+
+    def reap(self) -> int:
+        self.slot.done.wait(30)
+        return self.slot.rc if self.slot.rc is not None else -signal.SIGKILL
+
+    def tails(self) -> tuple[str, str]:
+        return tuple(_file_tail(Path(self.workdir) / n) for n in ("stdout.log", "stderr.log"))  # type: ignore[return-value]
+
+
+def _file_tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except OSError:
+        return ""
+    prefix = f"[... {size - len(data)} bytes dropped ...]\n" if size > len(data) else ""
+    return prefix + data.decode("utf-8", errors="replace")
+
+
+class _Slot:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.pid = 0
+        self.rc: int | None = None
+
+
+class WorkerPool:
+    """One warm server per device: it imports torch and triton once and forks a worker per job,
+    which saves the interpreter start and those imports (seconds) on every job, with the same
+    isolation: each job is its own process, in its own session, in its own directory.
+
+    The server exits when this process closes its stdin (this process ended, however), and
+    its job processes die with it. A server that dies is started again by the next job."""
+
+    _pools: dict[tuple, WorkerPool] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def for_device(cls, device: str) -> WorkerPool:
+        key = (device, os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid())
+        with cls._lock:
+            pool = cls._pools.get(key)
+            if pool is None or not pool.alive():
+                pool = cls._pools[key] = WorkerPool(device)
+            return pool
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.home = tempfile.mkdtemp(prefix="egg-server-")
+        _mark_owner(self.home)
+        r, w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.worker.server", str(w)],
+            cwd=self.home,
+            env=sandbox_env(self.home, device),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(w,),
+            start_new_session=True,
         )
+        os.close(w)
+        self.err = Tail(self.proc.stderr)
+        self.replies = os.fdopen(r, "rb")
+        self.slots: dict[str, _Slot] = {}
+        self.ready = threading.Event()
+        self.write_lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _read(self) -> None:
+        for line in self.replies:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("ready"):
+                self.ready.set()
+                continue
+            slot = self.slots.get(str(msg.get("id")))
+            if slot is None:
+                continue
+            if "pid" in msg:
+                slot.pid = int(msg["pid"])
+            if "rc" in msg:
+                slot.rc = int(msg["rc"])
+                slot.done.set()
+        # the server is gone: every job still waiting died with it
+        self.ready.set()
+        for slot in list(self.slots.values()):
+            if not slot.done.is_set():
+                slot.rc = -signal.SIGKILL
+                slot.done.set()
+
+    def submit(self, workdir: str, nonce: str) -> _Slot:
+        if not self.ready.wait(300) or not self.alive():
+            raise OSError(f"the warm worker server did not start: {self.err.text()[-300:]}")
+        slot = _Slot()
+        key = secrets.token_hex(8)
+        self.slots[key] = slot
+        req = {
+            "id": key,
+            "workdir": workdir,
+            "job": f"{workdir}/job.json",
+            "result": f"{workdir}/result.json",
+        }
+        line = (json.dumps({**req, "nonce": nonce}) + "\n").encode()
+        with self.write_lock:
+            self.proc.stdin.write(line)
+            self.proc.stdin.flush()
+        return slot
+
+
+def warm_workers_enabled() -> bool:
+    return os.environ.get("EGG_WARM_WORKERS", "1") not in ("0", "false", "no")
+
+
+def _mark_owner(workdir: str) -> None:
+    """Record the owning process, so a later sweep can remove directories of dead owners."""
+    Path(workdir, "owner.pid").write_text(str(os.getpid()))
+
+
+_SWEPT = [False]
+
+
+def sweep_stale_dirs() -> int:
+    """Remove work directories left by EGG processes that were killed (SIGKILL leaves no chance
+    to clean up); only directories whose recorded owner no longer runs. Once per process."""
+    if _SWEPT[0]:
+        return 0
+    _SWEPT[0] = True
+    removed = 0
+    for d in Path(tempfile.gettempdir()).glob("egg-*"):
+        owner = d / "owner.pid"
+        try:
+            pid = int(owner.read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResult:
+    """Run `job` in a worker process of its own; never raises for a job's own failure.
+
+    A warm server (WorkerPool) forks the process unless EGG_WARM_WORKERS=0 or a `python` is
+    given; otherwise a fresh interpreter starts. GPU jobs take the per-GPU file lock inside the
+    worker (shared to compile or check, exclusive to time), so timing never overlaps other GPU
+    work, from this process or another."""
+    sweep_stale_dirs()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="egg-job-") as workdir:
+        _mark_owner(workdir)
+        result_path = Path(workdir) / "result.json"
+        (Path(workdir) / "job.json").write_text(job.model_dump_json())
+        nonce = secrets.token_hex(16)
+        if python is None and warm_workers_enabled():
+            proc: _Cold | _Warm = _Warm(WorkerPool.for_device(job.device), workdir, nonce)
+        else:
+            proc = _Cold(python or sys.executable, workdir, job, nonce)
+        rc = proc.wait(timeout_s)
+        timed_out = rc is None
+        # Whatever the job left running in its session goes too (its runner dies with it).
+        proc.kill()
         if timed_out:
+            rc = proc.reap()
+        seconds = time.monotonic() - t0
+        stdout_tail, stderr_tail = proc.tails()
+        return _interpret(
+            job, rc, timed_out, timeout_s, result_path, nonce, stdout_tail, stderr_tail, seconds
+        )
+
+
+def _interpret(
+    job: Job,
+    rc: int | None,
+    timed_out: bool,
+    timeout_s: float,
+    result_path: Path,
+    nonce: str,
+    stdout_tail: str,
+    stderr_tail: str,
+    seconds: float,
+) -> JobResult:
+    common = dict(
+        kind=job.kind, exit_code=rc, stdout_tail=stdout_tail, stderr_tail=stderr_tail, seconds=seconds
+    )
+    if timed_out:
+        return JobResult(
+            ok=False,
+            error_kind="timeout",
+            error=f"{job.kind} job exceeded {timeout_s:.0f}s and was killed",
+            **common,
+        )
+    if result_path.exists():
+        try:
+            wrapped = json.loads(result_path.read_text())
+            if not isinstance(wrapped, dict) or wrapped.get("nonce") != nonce:
+                raise ValueError("result not written by the worker (nonce mismatch)")
+            res = JobResult.model_validate(wrapped["result"])
+        except (ValueError, KeyError, TypeError) as e:
             return JobResult(
                 ok=False,
-                error_kind="timeout",
-                error=f"{job.kind} job exceeded {timeout_s:.0f}s and was killed",
+                error_kind="no_result",
+                error=f"worker wrote an unreadable result: {str(e)[:200]}",
                 **common,
             )
-        if result_path.exists():
-            try:
-                wrapped = json.loads(result_path.read_text())
-                if not isinstance(wrapped, dict) or wrapped.get("nonce") != nonce:
-                    raise ValueError("result not written by the worker (nonce mismatch)")
-                res = JobResult.model_validate(wrapped["result"])
-            except (ValueError, KeyError, TypeError) as e:
-                return JobResult(
-                    ok=False,
-                    error_kind="no_result",
-                    error=f"worker wrote an unreadable result: {str(e)[:200]}",
-                    **common,
-                )
-            if rc != 0 and res.ok:
-                # The worker claims success but the process died afterwards: do not trust it.
-                return JobResult(
-                    ok=False,
-                    error_kind="crash",
-                    error=f"worker exited with code {rc} after writing a result",
-                    **common,
-                )
-            return res.model_copy(update=common)
-        if rc is not None and rc < 0:
-            sig = -rc
-            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        if rc != 0 and res.ok:
+            # The worker claims success but the process died afterwards: do not trust it.
             return JobResult(
                 ok=False,
                 error_kind="crash",
-                error=f"worker killed by signal {name} (e.g. a segfault or out-of-memory kill)",
+                error=f"worker exited with code {rc} after writing a result",
                 **common,
             )
-        last = stderr_tail.strip().splitlines()[-1:] or [""]
+        return res.model_copy(update=common)
+    if rc is not None and rc < 0:
+        sig = -rc
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         return JobResult(
             ok=False,
-            error_kind="no_result" if rc == 0 else "crash",
-            error=f"worker exited with code {rc} without a result: {last[0][:300]}",
+            error_kind="crash",
+            error=f"worker killed by signal {name} (e.g. a segfault or out-of-memory kill)",
             **common,
         )
+    last = stderr_tail.strip().splitlines()[-1:] or [""]
+    return JobResult(
+        ok=False,
+        error_kind="no_result" if rc == 0 else "crash",
+        error=f"worker exited with code {rc} without a result: {last[0][:300]}",
+        **common,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -70,10 +71,34 @@ class Toolbox:
             return None if entry is None else entry.pop(part, None)
 
     def _run(self, job: Job, timeout_s: float | None = None) -> JobResult:
-        try:
-            return run_job(job, timeout_s=timeout_s or self.timeout_s, python=self.python)
-        except OSError as e:
-            raise ToolInfraError(f"could not start the sandbox worker: {e}") from e
+        """Run a job; faults of the machine are retried, never reported as the task's or the
+        candidate's. `oom` (the GPU was full: other jobs held it) is retried with the whole GPU's
+        memory shares, and on the last try the candidate is told the truth if it still does not
+        fit; a judge that died (it never runs candidate code) or could not start is retried as is."""
+        last: JobResult | None = None
+        for attempt in range(INFRA_RETRIES + 1):
+            if attempt:
+                time.sleep(min(8.0, 0.5 * 2**attempt))
+            try:
+                res = run_job(job, timeout_s=timeout_s or self.timeout_s, python=self.python)
+            except OSError as e:
+                last = JobResult(kind=job.kind, ok=False, error_kind="infra", error=f"could not start: {e}")
+                continue
+            fault = infra_fault(job, res)
+            if fault is None:
+                return res
+            last = res
+            _log.warning("tool.infra_fault", kind=job.kind, fault=fault, attempt=attempt + 1, error=res.error)
+            if fault == "oom" and job.device == "cuda":
+                opts = {**job.options, "memory_units": SLOTS}
+                if attempt + 1 == INFRA_RETRIES:
+                    opts["last_attempt"] = True
+                job = job.model_copy(update={"options": opts})
+        assert last is not None
+        raise ToolInfraError(
+            f"{job.kind} job failed {INFRA_RETRIES + 1} times for reasons of the machine "
+            f"({last.error_kind}): {last.error}"
+        )
 
     @staticmethod
     def _task_key(task: TaskSpec) -> str:
@@ -127,6 +152,12 @@ class Toolbox:
         parts = dict(res.payload)
         phases = dict(parts.pop("phases", {}) or {})
         gpu = dict(parts.pop("gpu", {}) or {})
+        if isinstance(gpu.get("measured_units"), int):
+            # Admission by what the task's jobs really used (with a margin), once one has run: the
+            # shape estimate is deliberately pessimistic. A later job that needs more runs out of
+            # memory and is retried with the whole GPU (see _run), never blamed.
+            with self._lock:
+                self._peak.setdefault(self._task_key(task), {})["memory_units"] = gpu["measured_units"]
         # Process start, interpreter and result hand-back: what the worker itself did not time
         # (its top-level phases; "step.sub" entries are parts of their step).
         phases["startup_and_exit"] = round(res.seconds - sum(v for k, v in phases.items() if "." not in k), 3)
@@ -222,6 +253,24 @@ class Toolbox:
         self, desc: TaskDescription, timing: TimingReport | None, compile: CompileReport | None
     ) -> ProfileReport:
         return profile_report(desc, timing, compile)
+
+
+INFRA_RETRIES = 2
+# The GPU's memory shares (tools/worker/gpumem.py SLOTS): a retried OOM job asks for all of them.
+SLOTS = 16
+
+
+def infra_fault(job: Job, res: JobResult) -> str | None:
+    """Whether a failed job failed for the machine's reasons (retry), not the task's or candidate's."""
+    if res.ok:
+        return None
+    if res.error_kind in ("oom", "infra"):
+        return res.error_kind
+    if res.error_kind == "crash" and job.candidate_source is not None and "signal" in (res.error or ""):
+        # The judge itself was killed (it runs no candidate code; the runner dying is reported
+        # inside a normal result): the OOM killer, a dead worker server.
+        return "dead_worker"
+    return None
 
 
 def _tail(res: JobResult) -> str:

@@ -70,20 +70,42 @@ def test_compile_reports_registers_and_constants() -> None:
     assert k.constants["BM"] == 32 and k.shared_bytes and k.shared_bytes > 0
 
 
+# A candidate the static rules accept, so that it gets as far as being run.
+_WELL_FORMED = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def launch(x):
+    out = torch.empty_like(x)
+    copy_kernel[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+# body
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return launch(x)
+"""
+
+
 @pytest.mark.parametrize(
     "source,kind,line",
     [
         ("import torch\n\ndef f(:\n    pass\n", "syntax", 3),
-        ("import torch\nimport triton\nx = undefined_name + 1\n", "import", 3),
+        (_WELL_FORMED.replace("# body", "x = undefined_name + 1"), "import", 17),
         ((CORPUS / "broken" / "triton_error.py").read_text(), "triton", 15),
-        (
-            "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-            "        return x\n",
-            "no_kernel",
-            None,
-        ),
+        (_WELL_FORMED.replace("return launch(x)", "return torch.zeros_like(x)"), "no_kernel", None),
+        ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    pass\n", "static", 4),
     ],
-    ids=["syntax", "import", "triton", "no_kernel"],
+    ids=["syntax", "import", "triton", "no_kernel", "static"],
 )
 def test_compile_errors_map_to_candidate_lines(source: str, kind: str, line: int | None) -> None:
     r = TB.compile(task("relu"), source)
@@ -164,3 +186,70 @@ def test_check_command_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -
     )
     bad = json.loads(capsys.readouterr().out)
     assert bad["accepted"] is False and "get_inputs" in bad["reasons"][0]
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, results: list) -> list:
+    """Replace the sandbox with scripted JobResults; returns the jobs the toolbox sent."""
+    import tools.toolbox as toolbox
+    from tools.protocol import JobResult
+
+    sent: list = []
+
+    def fake(job, *, timeout_s, python=None):
+        sent.append(job)
+        r = results.pop(0)
+        return r if isinstance(r, JobResult) else JobResult(kind=job.kind, **r)
+
+    monkeypatch.setattr(toolbox, "run_job", fake)
+    monkeypatch.setattr(toolbox.time, "sleep", lambda s: None)
+    return sent
+
+
+def test_gpu_oom_is_retried_with_the_whole_gpu_and_never_blamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that runs out of GPU memory while other jobs hold it is the machine's fault: the
+    toolbox retries it with every memory share, and the debugger never sees it."""
+    accepted = {"ok": True, "payload": {"accepted": True, "reasons": [], "device": "cuda"}}
+    oom = {"ok": False, "error_kind": "oom", "error": "the candidate's process ran out of GPU memory"}
+    sent = _fake_runs(monkeypatch, [oom, accepted])
+    r = Toolbox(timeout_s=60).check(task("relu", device="cuda"), "source")
+    assert r.accepted
+    assert "memory_units" not in sent[0].options and sent[1].options["memory_units"] == 16
+    # still out of memory with the whole GPU on the last try: then, and only then, the candidate
+    # hears of it (the worker turns the last try's OOM into a rejection)
+    sent = _fake_runs(
+        monkeypatch, [oom, oom, {"ok": True, "payload": {"accepted": False, "reasons": ["run.oom: x"]}}]
+    )
+    r = Toolbox(timeout_s=60).check(task("relu", device="cuda"), "source")
+    assert not r.accepted and r.reasons == ["run.oom: x"]
+    assert sent[2].options["last_attempt"] is True
+
+
+def test_a_dead_judge_or_lasting_oom_is_an_infra_error_not_a_rejection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tools.errors import ToolInfraError
+
+    dead = {
+        "ok": False,
+        "error_kind": "crash",
+        "error": "worker killed by signal SIGKILL (e.g. out of memory)",
+    }
+    _fake_runs(monkeypatch, [dead, dead, dead])
+    with pytest.raises(ToolInfraError, match="reasons of the machine"):
+        Toolbox(timeout_s=60).check(task("relu", device="cuda"), "source")
+    # describe: a full GPU is never "bad input"
+    oom = {"ok": False, "error_kind": "oom", "error": "get_inputs() ran out of GPU memory"}
+    _fake_runs(monkeypatch, [oom, oom, oom])
+    with pytest.raises(ToolInfraError):
+        Toolbox(timeout_s=60).describe(task("relu", device="cuda"), shrink=False)
+
+
+def test_nondeterministic_reference_is_bad_input(tmp_path: Path) -> None:
+    src = (
+        "import torch\nimport torch.nn as nn\nN = 32\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return x + torch.rand_like(x)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(N, N)]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    t = TaskSpec(path=str(tmp_path / "r.py"), name="r", source=src)
+    with pytest.raises(BadTaskError, match="nondeterministic"):
+        TB.describe(t, shrink=True)

@@ -1,4 +1,9 @@
-"""The `check` job: the correctness protocol and the runtime integrity rules.
+"""The `check` job: the correctness protocol and the runtime integrity rules, decided here.
+
+This process (the judge) never imports the candidate. The candidate runs in a confined runner
+(tools/worker/runner.py) that gets only seeds and answers with raw output bytes; the reference,
+its float64 twin, the inputs (drawn under fresh private seeds), every comparison and the verdict
+stay here. Launch counts and the PyTorch ops the runner saw are its claims (policy rules).
 
 Rule names (stable; each reason is "<rule>: <message>"):
   static.*            AST rules (tools/worker/static_rules.py)
@@ -18,16 +23,18 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import secrets
 import time
 from typing import Any
 
 import torch
 
+from tools.worker import channel
 from tools.worker.common import (
     DELEGABLE,
     BadTask,
-    CandidateLoadError,
+    InfraFault,
     LoadedTask,
     OpRecorder,
     as_outputs,
@@ -35,17 +42,16 @@ from tools.worker.common import (
     clone_inputs,
     dtype_name,
     int_constants,
-    launch_log,
-    line_in,
-    load_module,
+    is_oom,
     load_task,
     one_line,
-    sync,
     to_device,
     upcast,
 )
 from tools.worker.gpulock import gpu_lock
+from tools.worker.judge import RunnerFailure, RunnerProcess
 from tools.worker.laps import Laps
+from tools.worker.runner import scaled
 from tools.worker.static_rules import static_findings
 
 # (atol, rtol) by output dtype; the candidate is also allowed REF_ERR_MULT x the reference's own error.
@@ -62,41 +68,6 @@ class Rejected(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def load_candidate(source: str) -> Any:
-    try:
-        mod = load_module(source, "candidate")
-    except SyntaxError as e:
-        raise CandidateLoadError(f"syntax error: {e.msg}", e.lineno, "syntax") from None
-    except Exception as e:
-        raise CandidateLoadError(one_line(e), line_in(e, "egg_candidate_"), "import") from None
-    if not hasattr(mod, "ModelNew"):
-        raise CandidateLoadError("candidate defines no ModelNew", None, "import")
-    return mod
-
-
-def copy_weights(ref: torch.nn.Module, cand: torch.nn.Module) -> None:
-    rsd, csd = ref.state_dict(), cand.state_dict()
-    if set(rsd) == set(csd):
-        for k in rsd:
-            if rsd[k].shape != csd[k].shape:
-                raise Rejected(
-                    f"weights.mismatch: `{k}` has shape {list(csd[k].shape)}, reference {list(rsd[k].shape)}"
-                )
-        cand.load_state_dict(rsd)
-        return
-    # Same structure under other names: match in order when every shape agrees.
-    rv, cv = list(rsd.items()), list(csd.items())
-    if len(rv) == len(cv) and all(a[1].shape == b[1].shape for a, b in zip(rv, cv, strict=False)):
-        cand.load_state_dict({cn: rt for (cn, _), (_, rt) in zip(cv, rv, strict=False)})
-        return
-    missing = sorted(set(rsd) - set(csd))[:4]
-    extra = sorted(set(csd) - set(rsd))[:4]
-    raise Rejected(
-        f"weights.mismatch: ModelNew's state_dict does not match the reference (missing {missing}, "
-        f"unexpected {extra})"
-    )
 
 
 def tolerance_for(dtype: torch.dtype, tolerance: float | None) -> tuple[float, float, bool]:
@@ -195,37 +166,19 @@ def compare(
         )
 
 
-def _inputs_equal(a: list[Any], b: list[Any]) -> bool:
-    for x, y in zip(a, b, strict=False):
-        if isinstance(x, torch.Tensor):
-            if x.shape != y.shape or not torch.equal(
-                torch.nan_to_num(x.double() if x.is_floating_point() else x),
-                torch.nan_to_num(y.double() if y.is_floating_point() else y),
-            ):
-                return False
-    return True
-
-
-def poison_freed(outputs: list[Any], inputs: list[Any]) -> None:
-    """Overwrite the reference's own output buffers with NaN before they are freed, so memory the
-    candidate gets back from the (CUDA caching) allocator holds NaN, not the right answer."""
-    in_storages = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
-    for o in outputs:
-        if not isinstance(o, torch.Tensor) or o.untyped_storage().data_ptr() in in_storages:
-            continue  # a view of an input: poisoning it would corrupt the input
-        if o.is_floating_point():
-            o.detach().fill_(float("nan"))
-        elif o.dtype != torch.bool:
-            o.detach().fill_(-1)
-
-
-def scaled(xs: list[Any]) -> list[Any]:
-    return [x * 3.0 - 0.5 if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+# Inputs larger than this come back from the runner only as its claim of being unchanged; smaller
+# ones are sent back after every call and compared here.
+VERIFY_INPUT_BYTES = 1 << 30
 
 
 class Checker:
-    def __init__(self, job) -> None:
+    """The judge's side of the correctness protocol. The reference runs here, on inputs drawn
+    here under fresh private seeds; the candidate runs in the runner, which is told the seeds
+    only when it is asked for outputs; the comparison and the verdict are made here."""
+
+    def __init__(self, job, runner: RunnerProcess) -> None:
         self.job = job
+        self.runner = runner
         self.device = job.device
         self.tolerance = job.options.get("tolerance")
         self.stats: dict[str, Any] = {
@@ -241,23 +194,33 @@ class Checker:
         self.ref_ops: list[str] = []
         self.shapes: list[dict[str, Any]] = []
         self.launches: list[int] = []
-        self.cand_mod: Any = None
+        self.claimed_inputs_only = False
 
-    def build(self, task: LoadedTask, seed: int) -> tuple[torch.nn.Module, torch.nn.Module]:
-        init = task.init_args()
-        torch.manual_seed(seed)
-        ref = task.module.Model(*init)
+    def ask(self, op: str, **kw: Any) -> dict[str, Any]:
         try:
-            torch.manual_seed(seed ^ 0x5A5A)
-            cand = self.cand_mod.ModelNew(*copy.deepcopy(init))
-        except Exception as e:
-            raise Rejected(f"load.error: ModelNew(*get_init_inputs()) raised {one_line(e)}") from None
-        if not isinstance(cand, torch.nn.Module):
-            raise Rejected("load.error: ModelNew is not a torch.nn.Module")
-        copy_weights(ref, cand)
-        return ref.to(self.device).eval(), cand.to(self.device).eval()
+            reply = self.runner.request(op, **kw)
+        except RunnerFailure as f:
+            raise Rejected(f.reason) from None
+        if not reply.get("ok"):
+            rule = str(reply.get("rule") or "run.error")
+            if rule == "bad_task":
+                raise BadTask(str(reply.get("error"))[:400])
+            if is_oom(str(reply.get("error"))) and self.device == "cuda":
+                if not self.job.options.get("last_attempt"):
+                    # other jobs may hold the memory: the machine's fault until shown otherwise
+                    raise InfraFault(
+                        "oom", f"the candidate's process ran out of GPU memory: {reply.get('error')}"
+                    )
+                raise Rejected(
+                    f"run.oom: ran out of GPU memory with the whole GPU to itself: {reply.get('error')}"
+                )
+            raise Rejected(f"{rule}: {str(reply.get('error'))[:600]}")
+        return reply
 
-    def reference(self, ref: torch.nn.Module, inputs: list[Any]) -> tuple[list[Any], list[Any]]:
+    def reference(self, task: LoadedTask, weight_seed: int, inputs: list[Any]) -> tuple[list[Any], list[Any]]:
+        init = task.init_args()
+        torch.manual_seed(weight_seed)
+        ref = task.module.Model(*init).to(self.device).eval()
         ref64 = copy.deepcopy(ref).double()
         with torch.no_grad():
             rec = OpRecorder()
@@ -265,55 +228,99 @@ class Checker:
                 native = as_outputs(ref(*clone_inputs(inputs)))
             self.ref_ops.extend(rec.ops)
             full = as_outputs(ref64(*upcast(clone_inputs(inputs))))
-        return native, full
+        return [o.detach() for o in native], full
 
-    def run_candidate(self, cand: torch.nn.Module, inputs: list[Any], trial: str) -> tuple[list[Any], int]:
-        rec = OpRecorder(poison=True)
-        with torch.no_grad(), launch_log() as log:
-            try:
-                with rec:
-                    out = cand(*inputs)
-                sync(self.device)
-            except Rejected:
-                raise
-            except Exception as e:
-                line = line_in(e, "egg_candidate_")
-                where = f" (candidate line {line})" if line else ""
-                raise Rejected(
-                    f"run.error: trial {trial}: ModelNew.forward raised {one_line(e)}{where}"
-                ) from None
-        self.cand_ops.extend(rec.ops)
-        own = log.count(self.cand_mod.__name__)
-        return as_outputs(out), own
-
-    def trial(self, task: LoadedTask, name: str, seed: int, transform=None) -> None:
-        ref, cand = self.build(task, seed)
+    def inputs(self, task: LoadedTask, seed: int, transform: str | None) -> list[Any]:
         try:
-            inputs = to_device(task.inputs(seed, self.device), self.device)
+            xs = to_device(task.inputs(seed, self.device), self.device)
         except Exception as e:
+            if is_oom(e):
+                raise InfraFault("oom", f"get_inputs() ran out of GPU memory: {one_line(e)}") from None
             raise BadTask(f"get_inputs() failed: {one_line(e)}") from None
-        if transform is not None:
-            inputs = transform(inputs)
-        pristine = clone_inputs(inputs)
-        ref_in = clone_inputs(inputs)
-        native, full = self.reference(ref, ref_in)
-        ref_native = [o.detach().clone() for o in native]
-        poison_freed(native, ref_in)
-        del native, ref_in
-        cand_in = clone_inputs(inputs)
-        outs, own = self.run_candidate(cand, cand_in, name)
+        return scaled(xs) if transform == "scaled" else xs
+
+    def call(self, name: str, seed: int, inputs: list[Any], native: list[Any], **kw: Any) -> list[Any]:
+        """One forward in the runner on the inputs of `seed`; its outputs, read back here."""
+        in_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+        verify = in_bytes <= VERIFY_INPUT_BYTES
+        need = sum(o.numel() * o.element_size() for o in native if isinstance(o, torch.Tensor))
+        need += in_bytes if verify else 0
+        if channel.slab_size(self.runner.slab) < need:
+            os.ftruncate(self.runner.slab, need)
+        try:
+            r = self.ask("call", input_seed=seed, return_inputs=verify, **kw)
+        except Rejected as e:
+            raise Rejected(e.reason.replace(": ", f": trial {name}: ", 1)) from None
+        self.cand_ops.extend(str(op) for op in (r.get("ops") or [])[:2000])
+        own = int(r.get("launches") or 0)
         self.launches.append(own)
         if own == 0:
             raise Rejected(
                 f"runtime.no_launch: trial {name}: ModelNew.forward launched none of the candidate's own "
                 "Triton kernels"
             )
-        if len(outs) != len(full):
-            raise Rejected(f"output.count: trial {name}: {len(outs)} output(s), expected {len(full)}")
-        for i, (c, r64, rn) in enumerate(zip(outs, full, ref_native, strict=False)):
+        descs = list(r.get("outputs") or [])
+        if len(descs) != len(native):
+            raise Rejected(f"output.count: trial {name}: {len(descs)} output(s), expected {len(native)}")
+        outs = [self.read(name, i, d, o) for i, (d, o) in enumerate(zip(descs, native, strict=True))]
+        if verify:
+            back = list(r.get("inputs") or [])
+            mine = [x for x in inputs if isinstance(x, torch.Tensor)]
+            same = len(back) == len(mine)
+            for d, x in zip(back, mine, strict=False):
+                same = same and self._same_input(d, x)
+            if not same:
+                raise Rejected(f"inputs.mutated: trial {name}: ModelNew.forward modified its inputs in place")
+        else:
+            self.claimed_inputs_only = True
+            if r.get("mutated"):
+                raise Rejected(f"inputs.mutated: trial {name}: ModelNew.forward modified its inputs in place")
+        return outs
+
+    def _same_input(self, d: dict[str, Any], x: torch.Tensor) -> bool:
+        if d.get("shape") != list(x.shape) or d.get("dtype") != dtype_name(x.dtype) or not d.get("written"):
+            return False
+        y = channel.read_tensor(self.runner.slab, d, self.device)
+        if x.is_floating_point():
+            return torch.equal(torch.nan_to_num(x.double()), torch.nan_to_num(y.double()))
+        return torch.equal(x, y)
+
+    def read(self, name: str, i: int, d: dict[str, Any], want: Any) -> torch.Tensor:
+        kind = d.get("type")
+        if kind != "torch.Tensor":
+            raise Rejected(
+                f"output.type: trial {name} output {i} is {str(kind)[:80]}, expected exactly torch.Tensor"
+            )
+        if d.get("shape") != list(want.shape):
+            raise Rejected(
+                f"output.shape: trial {name} output {i} has shape {str(d.get('shape'))[:80]}, "
+                f"expected {list(want.shape)}"
+            )
+        if d.get("dtype") != dtype_name(want.dtype):
+            raise Rejected(
+                f"output.dtype: trial {name} output {i} is {str(d.get('dtype'))[:40]}, expected {dtype_name(want.dtype)}"
+            )
+        if d.get("device") != want.device.type:
+            raise Rejected(
+                f"output.type: trial {name} output {i} is on {str(d.get('device'))[:20]}, expected {want.device}"
+            )
+        if not d.get("written"):
+            raise Rejected(f"sandbox.protocol: trial {name} output {i} did not reach the judge")
+        try:
+            return channel.read_tensor(self.runner.slab, d, self.device)
+        except channel.ChannelError as e:
+            raise Rejected(f"sandbox.protocol: trial {name} output {i}: {e}") from None
+
+    def trial(
+        self, task: LoadedTask, name: str, seed: int, overrides: dict[str, int], transform=None
+    ) -> None:
+        weight_seed = secrets.randbits(31)
+        self.ask("build", overrides=overrides, weight_seed=weight_seed)
+        inputs = self.inputs(task, seed, transform)
+        native, full = self.reference(task, weight_seed, inputs)
+        outs = self.call(name, seed, inputs, native, transform=transform)
+        for i, (c, r64, rn) in enumerate(zip(outs, full, native, strict=False)):
             compare(name, i, c, r64, rn, self.tolerance, self.stats)
-        if not _inputs_equal(cand_in, pristine):
-            raise Rejected(f"inputs.mutated: trial {name}: ModelNew.forward modified its inputs in place")
         self.shapes.append(
             {
                 "trial": name,
@@ -322,24 +329,19 @@ class Checker:
             }
         )
 
-    def stale(self, task: LoadedTask, seeds: list[int]) -> None:
+    def stale(self, task: LoadedTask, overrides: dict[str, int], seeds: list[int]) -> None:
         """Repeated calls on one instance: new tensors, then the first tensors refilled in place."""
-        ref, cand = self.build(task, seeds[0])
-        a = to_device(task.inputs(seeds[0], self.device), self.device)
-        b = to_device(task.inputs(seeds[1], self.device), self.device)
-        fresh = to_device(task.inputs(seeds[2], self.device), self.device)
+        weight_seed = secrets.randbits(31)
+        self.ask("build", overrides=overrides, weight_seed=weight_seed)
         plan = [
-            ("call 1", a, None),
-            ("call 2 (new tensors)", b, None),
-            ("call 3 (same tensors, new values)", a, fresh),
+            ("call 1", seeds[0], False),
+            ("call 2 (new tensors)", seeds[1], False),
+            ("call 3 (same tensors, new values)", seeds[2], True),
         ]
-        for label, xs, refill in plan:
-            if refill is not None:
-                for x, y in zip(xs, refill, strict=False):
-                    if isinstance(x, torch.Tensor):
-                        x.copy_(y)
-            native, full = self.reference(ref, xs)
-            outs, _ = self.run_candidate(cand, xs, f"stale/{label}")
+        for label, seed, reuse in plan:
+            inputs = self.inputs(task, seed, None)
+            native, full = self.reference(task, weight_seed, inputs)
+            outs = self.call(f"stale/{label}", seed, inputs, native, reuse=reuse)
             try:
                 for i, (c, r64) in enumerate(zip(outs, full, strict=False)):
                     compare(f"stale/{label}", i, c, r64, native[i], self.tolerance, self.stats)
@@ -354,7 +356,7 @@ class Checker:
         ref_cats = categorize(self.ref_ops)
         if cats["compute"]:
             reasons.append(
-                f"policy.torch_compute: ModelNew.forward computes {', '.join(cats['compute'])} in PyTorch "
+                f"policy.torch_compute: ModelNew.forward computes {', '.join(cats['compute'][:12])} in PyTorch "
                 f"(policy {self.job.policy}: elementwise/reduction/normalization ops must be in Triton)"
             )
         delegated = [op for op in cats["library"] if op in DELEGABLE]
@@ -391,9 +393,20 @@ def second_shape(task_source: str, sizes: dict[str, int], device: str, init_ok) 
     return None
 
 
-def run_check(job) -> dict[str, Any]:
-    t0 = time.monotonic()
-    base: dict[str, Any] = {
+def static_rejection(job, t0: float) -> dict[str, Any] | None:
+    """The static rules, before any candidate code runs: a rejected candidate is never run."""
+    if job.options.get("static_rules", True) is False:
+        return None  # tests of the runtime containment only; the toolbox never sends this
+    found = static_findings(job.candidate_source or "")
+    return (
+        {**_base(job), "accepted": False, "reasons": found, "seconds": time.monotonic() - t0}
+        if found
+        else None
+    )
+
+
+def _base(job) -> dict[str, Any]:
+    return {
         "policy": job.policy,
         "device": job.device,
         "tolerance": {},
@@ -402,36 +415,51 @@ def run_check(job) -> dict[str, Any]:
         "degenerate": [],
         "trials": 0,
     }
-    static = static_findings(job.candidate_source or "")
-    if static:
-        return {**base, "accepted": False, "reasons": static, "seconds": time.monotonic() - t0}
-    task = load_task(job.task_source, dict(job.size_overrides))
-    ck = Checker(job)
-    try:
-        ck.cand_mod = load_candidate(job.candidate_source or "")
-    except CandidateLoadError as e:
-        where = f" (line {e.line})" if e.line else ""
-        return {
-            **base,
-            "accepted": False,
-            "reasons": [f"load.error: {e}{where}"],
-            "seconds": time.monotonic() - t0,
-        }
 
+
+def run_check(job, runner: RunnerProcess | None = None) -> dict[str, Any]:
+    """The correctness protocol. `runner` is the job's runner when the caller (the evaluate job)
+    already started and loaded one; otherwise one is started here."""
+    t0 = time.monotonic()
+    early = static_rejection(job, t0)
+    if early is not None:
+        return early
+    own = runner is None
+    if runner is None:
+        runner = RunnerProcess(job, timeout_s=float(job.options.get("runner_timeout_s", 280)))
+    try:
+        return _check(job, runner, t0)
+    finally:
+        if own:
+            runner.close()
+
+
+def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
+    base = _base(job)
+    base["isolation"] = runner.isolation
+    task = load_task(job.task_source, dict(job.size_overrides))
+    failed = runner.load(job)
+    if failed is not None:
+        line = failed.get("line")
+        where = f" (line {line})" if line else ""
+        reason = f"{failed.get('rule', 'load.error')}: {str(failed.get('error'))[:600]}{where}"
+        return {**base, "accepted": False, "reasons": [reason], "seconds": time.monotonic() - t0}
+    ck = Checker(job, runner)
     lap = Laps()
     n_trials = int(job.options.get("trials", 3))
     seeds = [secrets.randbits(31) for _ in range(n_trials + 5)]
+    overrides = dict(job.size_overrides)
     reasons: list[str] = []
     trials_done = 0
     try:
         # Each GPU step holds the per-GPU lock shared for itself only (tools/worker/gpulock.py).
         for k in range(n_trials):
             with gpu_lock(exclusive=False):
-                ck.trial(task, f"{k + 1}", seeds[k])
+                ck.trial(task, f"{k + 1}", seeds[k], overrides)
             trials_done += 1
             lap("trials")
         with gpu_lock(exclusive=False):
-            ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], transform=scaled)
+            ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], overrides, transform="scaled")
         trials_done += 1
         lap("trials")
 
@@ -447,23 +475,27 @@ def run_check(job) -> dict[str, Any]:
                 return False
 
         sizes2 = second_shape(
-            job.task_source, {**int_constants(job.task_source), **dict(job.size_overrides)}, job.device, runs
+            job.task_source, {**int_constants(job.task_source), **overrides}, job.device, runs
         )
         lap("second_shape_probe")
         if sizes2 is not None:
             with gpu_lock(exclusive=False):
-                ck.trial(load_task(job.task_source, sizes2), "second-shape", seeds[n_trials + 1])
+                ck.trial(load_task(job.task_source, sizes2), "second-shape", seeds[n_trials + 1], sizes2)
             trials_done += 1
         else:
             ck.stats["notes"].append("second shape skipped: no size constant could be changed")
         lap("second_shape")
         with gpu_lock(exclusive=False):
-            ck.stale(task, seeds[n_trials + 2 : n_trials + 5])
+            ck.stale(task, overrides, seeds[n_trials + 2 : n_trials + 5])
         lap("stale")
     except Rejected as r:
         reasons.append(r.reason)
     pol, delegated = ck.policy()
     reasons.extend(pol)
+    if ck.claimed_inputs_only:
+        ck.stats["notes"].append(
+            "inputs over 1 GiB: 'inputs unchanged' is the candidate process's claim, not compared here"
+        )
     from tools.worker.describe import degenerate_flags
 
     try:
@@ -505,5 +537,5 @@ def run_check(job) -> dict[str, Any]:
         "degenerate": deg,
         "seconds": time.monotonic() - t0,
         "launches_per_forward": ck.launches,
-        "phases": lap.phases,
+        "phases": {**lap.phases, **{f"runner.{k}": v for k, v in runner.seconds.items()}},
     }

@@ -26,6 +26,20 @@ class BadTask(Exception):
     """The task file itself is unusable (message is one line, shown to the user)."""
 
 
+class InfraFault(Exception):
+    """A fault of the machine, not of the task or the candidate (the GPU ran out of memory while
+    other jobs held it): the job's result says so and the toolbox retries it."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def is_oom(e: BaseException | str) -> bool:
+    text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
+    return "OutOfMemoryError" in text or "CUDA out of memory" in text or "CUDA error: out of memory" in text
+
+
 class CandidateLoadError(Exception):
     def __init__(self, msg: str, line: int | None = None, kind: str = "import") -> None:
         super().__init__(msg)

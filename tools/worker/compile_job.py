@@ -187,54 +187,32 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
     return {"ok": True, "kernels": kernels}
 
 
-def run_compile(job) -> dict[str, Any]:
+def record_launches(source: str, mod: Any, task: Any, device: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Record how ModelNew.forward launches its kernels: {"ok": True, "specs": [...]}, or a failed
+    compile report. The only step of compiling that runs on the GPU.
+
+    Runs in the runner (tools/worker/runner.py): it imports and runs the candidate."""
     import torch
 
-    from tools.worker.check import load_candidate
-    from tools.worker.common import CandidateLoadError, launch_log, line_in, load_task, one_line, to_device
-    from tools.worker.gpulock import gpu_lock
+    from tools.worker.common import launch_log, line_in, one_line, to_device
 
     t0 = time.monotonic()
-    source = job.candidate_source or ""
-    try:
-        ast.parse(source)
-    except SyntaxError as e:
-        return {
-            "ok": False,
-            "error_kind": "syntax",
-            "error": f"SyntaxError: {e.msg}",
-            "error_line": e.lineno,
-            "seconds": time.monotonic() - t0,
-        }
-    task = load_task(job.task_source, dict(job.size_overrides))
-    try:
-        mod = load_candidate(source)
-    except CandidateLoadError as e:
-        return {
-            "ok": False,
-            "error_kind": e.kind,
-            "error": str(e),
-            "error_line": e.line,
-            "seconds": time.monotonic() - t0,
-        }
     launches: list[Any] = []
     try:
         init = task.init_args()
         torch.manual_seed(0)
-        # The GPU lock (shared) covers only this recording call, not the sm_90 compile below.
-        with gpu_lock(exclusive=False):
-            model = mod.ModelNew(*init).to(job.device).eval()
-            inputs = to_device(task.inputs(0, job.device), job.device)
-            with torch.no_grad(), launch_log(record_args=True) as log:
-                launches = log.launches
-                model(*inputs)
+        model = mod.ModelNew(*init).to(device).eval()
+        inputs = to_device(task.inputs(0, device), device)
+        with torch.no_grad(), launch_log(record_args=True) as log:
+            launches = log.launches
+            model(*inputs)
     except Exception as e:
         from_triton = "triton" in type(e).__module__ or "InterpreterError" in type(e).__name__
         recorded = [x for x in launches if x.module == mod.__name__]
         if from_triton and recorded:
             # The failing launch was recorded before it ran: the real compiler gives the precise error.
             res = _compile_specs(
-                source, mod, [launch_signature(x.kernel, x.args, x.kwargs) for x in recorded[-1:]], job
+                source, mod, [launch_signature(x.kernel, x.args, x.kwargs) for x in recorded[-1:]], options
             )
             if not res.get("ok"):
                 res["seconds"] = time.monotonic() - t0
@@ -262,16 +240,90 @@ def run_compile(job) -> dict[str, Any]:
         if key not in seen:
             seen.add(key)
             specs.append(spec)
-    t_rec = time.monotonic()
-    result = _compile_specs(source, mod, specs, job)
-    result["seconds"] = time.monotonic() - t0
-    result["phases"] = {"record": round(t_rec - t0, 3), "compile_specs": round(time.monotonic() - t_rec, 3)}
-    return result
+    return {"ok": True, "specs": specs, "seconds": time.monotonic() - t0}
 
 
-def _compile_specs(source: str, mod: Any, specs: list[dict[str, Any]], job) -> dict[str, Any]:
+def run_compile(job, runner: Any = None) -> dict[str, Any]:
+    """The judge's side: static rules first (a rejected candidate never runs), then the runner
+    loads the candidate and records and compiles its launches. The report is the runner's."""
+    from tools.worker.judge import RunnerFailure, RunnerProcess
+    from tools.worker.static_rules import static_findings
+
+    t0 = time.monotonic()
+    source = job.candidate_source or ""
+    bad = syntax_failure(source)
+    if bad is None and job.options.get("static_rules", True) is not False:
+        found = static_findings(source)
+        if found:
+            line = re.search(r"\(line (\d+)\)", " ".join(found))
+            bad = {
+                "ok": False,
+                "error_kind": "static",
+                "error": "; ".join(found)[:1200],
+                "error_line": int(line.group(1)) if line else None,
+            }
+    if bad is not None:
+        return {**bad, "seconds": time.monotonic() - t0}
+    own = runner is None
+    if runner is None:
+        runner = RunnerProcess(job, timeout_s=float(job.options.get("runner_timeout_s", 280)))
+    try:
+        failed = runner.load(job)
+        if failed is not None:
+            kind = failed.get("kind") if failed.get("kind") in ("syntax", "import") else "crash"
+            return {
+                "ok": False,
+                "error_kind": kind,
+                "error": failed["error"],
+                "error_line": failed.get("line"),
+                "seconds": time.monotonic() - t0,
+            }
+        from tools.worker.gpulock import gpu_lock
+
+        opts = {k: v for k, v in job.options.items() if k == "compile_timeout_s"}
+        try:
+            # The GPU lock (shared) covers only the recording call, not the sm_90 compile.
+            with gpu_lock(exclusive=False):
+                r = runner.request("record", **opts)
+            t_rec = time.monotonic()
+            if r.get("ok") and "report" not in r:
+                r = runner.request("compile", **opts)
+        except RunnerFailure as f:
+            kind = "timeout" if f.rule == "sandbox.timeout" else "crash"
+            return {"ok": False, "error_kind": kind, "error": f.message, "seconds": time.monotonic() - t0}
+        if not r.get("ok"):
+            return {
+                "ok": False,
+                "error_kind": "crash",
+                "error": str(r.get("error"))[:600],
+                "error_line": r.get("line"),
+                "seconds": time.monotonic() - t0,
+            }
+        report = dict(r.get("report") or {})
+        report["seconds"] = time.monotonic() - t0
+        report["phases"] = {
+            "record": round(t_rec - t0, 3),
+            "compile_specs": round(time.monotonic() - t_rec, 3),
+        }
+        return report
+    finally:
+        if own:
+            runner.close()
+
+
+def syntax_failure(source: str) -> dict[str, Any] | None:
+    try:
+        ast.parse(source)
+    except SyntaxError as e:
+        return {"ok": False, "error_kind": "syntax", "error": f"SyntaxError: {e.msg}", "error_line": e.lineno}
+    return None
+
+
+def _compile_specs(
+    source: str, mod: Any, specs: list[dict[str, Any]], options: dict[str, Any]
+) -> dict[str, Any]:
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return _compile_in_child(source, specs, float(job.options.get("compile_timeout_s", 240)))
+        return _compile_in_child(source, specs, float(options.get("compile_timeout_s", 240)))
     return compile_recorded(source, mod, specs)
 
 

@@ -9,10 +9,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tools.worker.common import (
     BadTask,
+    InfraFault,
     as_outputs,
     dtype_name,
     float_constants,
     int_constants,
+    is_oom,
     load_task,
     numel_of,
     one_line,
@@ -20,6 +22,15 @@ from tools.worker.common import (
 )
 
 SHRINK_BUDGET = 2**18
+
+
+def task_fault(message: str, e: BaseException) -> Exception:
+    """A failure while running the task's own code: the task's fault, unless the GPU was full."""
+    if is_oom(e):
+        return InfraFault("oom", f"{message} (the GPU ran out of memory: the machine's fault, retried)")
+    return BadTask(message)
+
+
 # Constants below this are kernel sizes, strides, channel groups...: never shrunk.
 SHRINK_MIN = 16
 
@@ -90,6 +101,38 @@ def choose_sizes(task_source: str, overrides: dict[str, int], budget: int = SHRI
     return current
 
 
+def nondeterminism(model: torch.nn.Module, inputs: list[Any], rel: float = 1e-3) -> None:
+    """Two runs of the reference on copies of the same inputs must agree: a reference that draws
+    random numbers in forward (torch.rand_like, dropout in training mode) cannot verify anything."""
+    from tools.worker.common import clone_inputs
+
+    with torch.no_grad():
+        try:
+            a = as_outputs(model(*clone_inputs(inputs)))
+            b = as_outputs(model(*clone_inputs(inputs)))
+        except Exception as e:
+            raise task_fault(f"Model.forward failed on get_inputs(): {one_line(e)}", e) from None
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.shape != y.shape:
+            raise BadTask(f"the reference is nondeterministic: output {i} changes type or shape between runs")
+        if not x.is_floating_point():
+            same = torch.equal(x, y)
+            gap = 0.0 if same else float("inf")
+        else:
+            xd, yd = x.double(), y.double()
+            both_nan = torch.isnan(xd) & torch.isnan(yd)
+            d = torch.where(both_nan, torch.zeros_like(xd), (xd - yd).abs())
+            scale = float(xd[torch.isfinite(xd)].abs().max()) if bool(torch.isfinite(xd).any()) else 1.0
+            gap = float(d.max()) if d.numel() else 0.0
+            same = not (gap != gap) and gap <= rel * max(scale, 1e-30)
+        if not same:
+            raise BadTask(
+                f"the reference is nondeterministic: two runs of Model.forward on the same inputs differ "
+                f"(output {i}, max difference {gap:.3g}); EGG can verify only a deterministic reference "
+                "(random numbers drawn in forward, e.g. torch.rand_like or dropout in training mode)"
+            )
+
+
 def tensor_info(x: torch.Tensor) -> dict[str, Any]:
     return {"shape": list(x.shape), "dtype": dtype_name(x.dtype), "stride": list(x.stride())}
 
@@ -147,27 +190,28 @@ def run_describe(job) -> dict[str, Any]:
     try:
         init = t.init_args()
     except Exception as e:
-        raise BadTask(f"get_init_inputs() failed: {one_line(e)}") from None
+        raise task_fault(f"get_init_inputs() failed: {one_line(e)}", e) from None
     try:
         torch.manual_seed(0)
         model = t.module.Model(*init).to(device).eval()
     except Exception as e:
-        raise BadTask(f"Model(*get_init_inputs()) failed: {one_line(e)}") from None
+        raise task_fault(f"Model(*get_init_inputs()) failed: {one_line(e)}", e) from None
     try:
         inputs = to_device(t.inputs(1, device), device)
     except Exception as e:
-        raise BadTask(f"get_inputs() failed: {one_line(e)}") from None
+        raise task_fault(f"get_inputs() failed: {one_line(e)}", e) from None
     infos = [input_info(x) for x in inputs]
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as fc:
             out = model(*inputs)
         flops = float(fc.get_total_flops())
     except Exception as e:
-        raise BadTask(f"Model.forward failed on get_inputs(): {one_line(e)}") from None
+        raise task_fault(f"Model.forward failed on get_inputs(): {one_line(e)}", e) from None
     outputs = as_outputs(out)
     for o in outputs:
         if not isinstance(o, torch.Tensor):
             raise BadTask(f"Model.forward returned a {type(o).__name__}; expected tensors")
+    nondeterminism(model, inputs)
     params = [
         {
             "name": k,

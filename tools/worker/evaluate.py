@@ -1,8 +1,10 @@
-"""The `evaluate` job (GPU): compile, check and time one candidate in one fresh process.
+"""The `evaluate` job (GPU): compile, check and time one candidate with one judge and one runner.
 
 The same three steps as the `compile`, `check` and `time` jobs, in that order, each run only when
-the one before passed; one process per candidate saves two interpreter start-ups, two CUDA
-context creations and two JIT compilations of the candidate's kernels.
+the one before passed. The judge (this process) forks one confined runner before it touches
+CUDA and keeps it for all three steps: one candidate import, one CUDA context and one JIT
+compilation of the candidate's kernels on the runner's side. Static rules run first: a rejected
+candidate never runs.
 
 GPU sharing: the job holds its memory shares (tools/worker/gpumem.py) throughout; compile and
 check take the per-GPU lock shared around each step that runs on the GPU, and the timing holds
@@ -21,7 +23,15 @@ from typing import Any
 
 from tools.worker import gpulock
 from tools.worker.gpulock import gpu_lock
-from tools.worker.gpumem import gpu_memory, job_units, known_units, share_cpu_threads
+from tools.worker.gpumem import (
+    CONTEXT_BYTES,
+    gpu_memory,
+    job_units,
+    known_units,
+    share_cpu_threads,
+    total_bytes,
+    units_for,
+)
 from tools.worker.laps import Laps
 
 
@@ -30,12 +40,21 @@ def run_evaluate(job) -> dict[str, Any]:
     import torch
     import triton  # noqa: F401
 
-    from tools.worker.check import run_check
-    from tools.worker.compile_job import run_compile
+    from tools.worker.check import run_check, static_rejection
+    from tools.worker.compile_job import run_compile, syntax_failure
+    from tools.worker.judge import RunnerProcess
     from tools.worker.timing import run_time
 
     phases = lap.phases
     lap("imports")
+    early = syntax_failure(job.candidate_source or "") or (
+        None if static_rejection(job, 0.0) is None else run_compile(job)
+    )
+    if early is not None:
+        # never run: the compile step reports the syntax error or the static findings
+        return {"phases": phases, "gpu": {}, "compile": early}
+    runner = RunnerProcess(job, timeout_s=float(job.options.get("runner_timeout_s", 280)))
+    lap("runner_start")
     gpu: dict[str, float | int] = {}
     out: dict[str, Any] = {"phases": phases, "gpu": gpu}
     cuda = job.device == "cuda"
@@ -46,6 +65,7 @@ def run_evaluate(job) -> dict[str, Any]:
 
     try:
         with contextlib.ExitStack() as held:
+            held.callback(runner.close)
             units = known_units(job) if cuda else None
             if units is not None:
                 # Queue for the task's memory before creating a CUDA context, so workers that
@@ -63,12 +83,12 @@ def run_evaluate(job) -> dict[str, Any]:
                     held.enter_context(gpu_memory(units))
                     lap("wait_memory")
                 gpu["memory_units"] = units
-            out["compile"] = run_compile(job)
+            out["compile"] = run_compile(job, runner)
             lap("compile")
             sub("compile")
             if not out["compile"].get("ok"):
                 return out
-            out["check"] = run_check(job)
+            out["check"] = run_check(job, runner)
             lap("check")
             sub("check")
             if not out["check"].get("accepted") or not cuda:
@@ -77,7 +97,7 @@ def run_evaluate(job) -> dict[str, Any]:
             torch.cuda.empty_cache()
             with gpu_lock(exclusive=True):
                 lap("wait_exclusive")
-                out["time"] = run_time(job, benchmark=False)
+                out["time"] = run_time(job, benchmark=False, runner=runner)
                 lap("time")
                 sub("time")
         return out
@@ -85,7 +105,10 @@ def run_evaluate(job) -> dict[str, Any]:
         # every wait of the process: memory shares and the lock, shared and exclusive
         gpu["lock_waits"] = round(sum(gpulock.WAITED.values()), 3)
         if cuda and torch.cuda.is_initialized():
-            # Measured peak vs the admission estimate: the data to calibrate tools/worker/gpumem.py.
-            gpu["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+            # Measured peak (this judge's and the runner's) vs the admission estimate: later jobs
+            # of the task are admitted by the measured figure (tools/toolbox.py).
+            peak = torch.cuda.max_memory_allocated() + runner.peak_bytes
+            gpu["peak_gib"] = round(peak / 2**30, 3)
+            gpu["measured_units"] = units_for(int(peak * 1.25) + CONTEXT_BYTES, total_bytes())
             if job.options.get("peak_bytes") is not None:
                 gpu["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)

@@ -24,6 +24,8 @@ from typing import Any
 from tools.worker.gpulock import LOCK_ENV, WAITED
 
 SLOTS = 16
+# Two CUDA contexts per job (the judge's and the runner's) and the timer's L2-flush buffer.
+CONTEXT_BYTES = 2 * 1024**3
 # Memory kept outside the shares: one CUDA context per concurrent worker process, the L2-flush
 # buffer of the timer, fragmentation.
 RESERVED_BYTES = 16 * 1024**3

@@ -80,6 +80,37 @@ _ACCESS_NAMES = {
     "exit",
     "quit",
 }
+# Reached through torch or triton, these give what the import rules forbid: files, processes,
+# the network, native code, other modules (`torch.serialization.os`, `torch.hub`, `torch.load`).
+_LIBRARY_BACKDOORS = {
+    "os",
+    "sys",
+    "subprocess",
+    "builtins",
+    "importlib",
+    "serialization",
+    "hub",
+    "distributed",
+    "multiprocessing",
+    "cpp_extension",
+    "load_library",
+    "library",
+    "_C",
+    "_dynamo",
+    "package",
+    "jit",
+    "save",
+    "load",
+    "from_file",
+    "_utils_internal",
+    "_library",
+    "_ops",
+    "ops",
+    "socket",
+    "urllib",
+    "request",
+    "environ",
+}
 _CACHE_DECORATORS = {"lru_cache", "cache", "cached_property", "memoize"}
 _REFERENCE_NAMES = {"Model", "get_inputs", "get_init_inputs"}
 _MUTATORS = {"__setitem__", "setdefault", "update", "append", "add", "extend", "insert"}
@@ -220,6 +251,19 @@ def static_findings(source: str) -> list[str]:
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node)
             root = dotted.split(".")[0]
+            parts = dotted.split(".")
+            if root == "torch" and any(p in _LIBRARY_BACKDOORS for p in parts[1:]):
+                add(
+                    "static.reference_access",
+                    f"uses `{dotted}` (file, process, network or native access through torch)",
+                    node,
+                )
+            if root == "triton" and any(p in _LIBRARY_BACKDOORS - {"jit"} for p in parts[1:]):
+                add(
+                    "static.reference_access",
+                    f"uses `{dotted}` (file, process, network or native access through triton)",
+                    node,
+                )
             if node.attr in _STREAM_ATTRS and root in {"torch", "triton"}:
                 add("static.stream", f"uses `{dotted}` (work on other streams is invisible to timing)", node)
             if node.attr in _TIMER_ATTRS and root in {"torch", "triton", "time"}:

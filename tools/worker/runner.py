@@ -1,0 +1,310 @@
+"""The runner: the only process that imports and runs candidate code. It produces data, never a verdict.
+
+The judge (tools/worker/judge.py) forks it, it confines itself (tools/worker/confine.py), and
+then it serves the judge's requests over the channel (tools/worker/channel.py):
+
+  load     import the task (for weights and inputs) and the candidate
+  compile  record ModelNew.forward's kernel launches and compile them for sm_90
+  build    a ModelNew with the reference's weights (drawn under the judge's seed)
+  call     inputs from the judge's seed, one forward, the outputs' bytes into the slab
+  time     CUDA-event timing of the forward (triton.testing.do_bench)
+  wall     many forwards back to back, timed from outside by the judge, last output returned
+
+Everything it reports (outputs, launch counts, the PyTorch ops it saw, its timings) is a claim:
+the judge compares the outputs with its own float64 reference for inputs only it and this
+process know, cross-checks timings against its own clock, and decides. Candidate code that
+takes this process over can therefore only lie about things the judge checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from tools.worker import channel
+from tools.worker.common import (
+    BadTask,
+    CandidateLoadError,
+    OpRecorder,
+    as_outputs,
+    clone_inputs,
+    launch_log,
+    line_in,
+    load_task,
+    one_line,
+    sync,
+    to_device,
+)
+
+
+class Refused(Exception):
+    """A request the candidate fails (its own fault): the reply names the rule."""
+
+    def __init__(self, rule: str, error: str, line: int | None = None) -> None:
+        super().__init__(error)
+        self.rule, self.error, self.line = rule, error, line
+
+
+def scaled(xs: list[Any]) -> list[Any]:
+    return [x * 3.0 - 0.5 if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+
+
+def inputs_equal(a: list[Any], b: list[Any]) -> bool:
+    for x, y in zip(a, b, strict=False):
+        if isinstance(x, torch.Tensor):
+            if not isinstance(y, torch.Tensor) or x.shape != y.shape:
+                return False
+            if not torch.equal(
+                torch.nan_to_num(x.double() if x.is_floating_point() else x),
+                torch.nan_to_num(y.double() if y.is_floating_point() else y),
+            ):
+                return False
+    return True
+
+
+def copy_weights(ref: torch.nn.Module, cand: torch.nn.Module) -> None:
+    rsd, csd = ref.state_dict(), cand.state_dict()
+    if set(rsd) == set(csd):
+        for k in rsd:
+            if rsd[k].shape != csd[k].shape:
+                raise Refused(
+                    "weights.mismatch",
+                    f"`{k}` has shape {list(csd[k].shape)}, reference {list(rsd[k].shape)}",
+                )
+        cand.load_state_dict(rsd)
+        return
+    # Same structure under other names: match in order when every shape agrees.
+    rv, cv = list(rsd.items()), list(csd.items())
+    if len(rv) == len(cv) and all(a[1].shape == b[1].shape for a, b in zip(rv, cv, strict=False)):
+        cand.load_state_dict({cn: rt for (cn, _), (_, rt) in zip(cv, rv, strict=False)})
+        return
+    missing = sorted(set(rsd) - set(csd))[:4]
+    extra = sorted(set(csd) - set(rsd))[:4]
+    raise Refused(
+        "weights.mismatch",
+        f"ModelNew's state_dict does not match the reference (missing {missing}, unexpected {extra})",
+    )
+
+
+def load_candidate(source: str) -> Any:
+    from tools.worker.common import load_module
+
+    try:
+        mod = load_module(source, "candidate")
+    except SyntaxError as e:
+        raise CandidateLoadError(f"syntax error: {e.msg}", e.lineno, "syntax") from None
+    except (Exception, SystemExit) as e:  # sys.exit() at import is a load failure too
+        raise CandidateLoadError(one_line(e), line_in(e, "egg_candidate_"), "import") from None
+    if not hasattr(mod, "ModelNew"):
+        raise CandidateLoadError("candidate defines no ModelNew", None, "import")
+    return mod
+
+
+class Runner:
+    def __init__(self, device: str, slab: int, reply_fd: int) -> None:
+        self.device = device
+        self.slab = slab
+        self.reply_fd = reply_fd
+        self.task_source = ""
+        self.source = ""
+        self.tasks: dict[str, Any] = {}
+        self.task: Any = None
+        self.mod: Any = None
+        self.model: Any = None
+        self.inputs: list[Any] = []
+        self.specs: list[dict[str, Any]] = []
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def op_load(self, m: dict[str, Any]) -> dict[str, Any]:
+        self.task_source = str(m["task_source"])
+        self.source = str(m["candidate_source"])
+        self.task = self._task(m.get("overrides") or {})
+        try:
+            self.mod = load_candidate(self.source)
+        except CandidateLoadError as e:
+            return {"ok": False, "rule": "load.error", "kind": e.kind, "error": str(e), "line": e.line}
+        return {"ok": True, "module": self.mod.__name__}
+
+    def op_record(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Record the kernels' launches (a GPU step). A failure is the compile report itself."""
+        from tools.worker.compile_job import record_launches
+
+        res = record_launches(self.source, self.mod, self.task, self.device, m)
+        if not res.get("ok"):
+            return {"ok": True, "report": res}
+        self.specs = res["specs"]
+        return {"ok": True}
+
+    def op_compile(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Compile the recorded launches for sm_90 (no GPU needed)."""
+        from tools.worker.compile_job import _compile_specs
+
+        return {"ok": True, "report": _compile_specs(self.source, self.mod, self.specs, m)}
+
+    def op_build(self, m: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(m.get("overrides") or {})
+        seed = int(m["weight_seed"])
+        init = task.init_args()
+        torch.manual_seed(seed)
+        ref = task.module.Model(*init)
+        try:
+            torch.manual_seed(seed ^ 0x5A5A)
+            cand = self.mod.ModelNew(*copy.deepcopy(init))
+        except Exception as e:
+            raise Refused("load.error", f"ModelNew(*get_init_inputs()) raised {one_line(e)}") from None
+        if not isinstance(cand, torch.nn.Module):
+            raise Refused("load.error", "ModelNew is not a torch.nn.Module")
+        copy_weights(ref, cand)
+        del ref
+        self.model = cand.to(self.device).eval()
+        self.task = task
+        self.inputs = []
+        return {"ok": True}
+
+    def op_call(self, m: dict[str, Any]) -> dict[str, Any]:
+        fresh = self._inputs(int(m["input_seed"]), m.get("transform"))
+        if m.get("reuse") and self.inputs:
+            # the same tensors as the last call, new values: a cache keyed on them must miss
+            for x, y in zip(self.inputs, fresh, strict=False):
+                if isinstance(x, torch.Tensor):
+                    x.copy_(y)
+        else:
+            self.inputs = fresh
+        pristine = clone_inputs(self.inputs)
+        rec = OpRecorder(poison=True)
+        with torch.no_grad(), launch_log() as log:
+            try:
+                with rec:
+                    out = self.model(*self.inputs)
+                sync(self.device)
+            except (Exception, SystemExit) as e:
+                line = line_in(e, "egg_candidate_")
+                where = f" (candidate line {line})" if line else ""
+                raise Refused("run.error", f"ModelNew.forward raised {one_line(e)}{where}", line) from None
+        outs = as_outputs(out)
+        mutated = not inputs_equal(self.inputs, pristine)
+        back = [x for x in self.inputs if isinstance(x, torch.Tensor)] if m.get("return_inputs") else []
+        descs = channel.write_tensors(self.slab, outs + back)
+        return {
+            "ok": True,
+            "outputs": descs[: len(outs)],
+            "inputs": descs[len(outs) :],
+            "launches": log.count(self.mod.__name__),
+            "ops": rec.ops[:2000],
+            "mutated": mutated,
+        }
+
+    def op_time(self, m: dict[str, Any]) -> dict[str, Any]:
+        import triton.testing
+
+        model, xs = self.model, self.inputs
+        with torch.no_grad(), launch_log() as log:
+            model(*xs)
+            sync(self.device)
+        launches = log.count(self.mod.__name__)
+        with torch.no_grad():
+            med, p20, p80 = triton.testing.do_bench(
+                lambda: model(*xs),
+                warmup=float(m.get("warmup_ms", 25)),
+                rep=float(m.get("rep_ms", 100)),
+                quantiles=[0.5, 0.2, 0.8],
+            )
+        out: dict[str, Any] = {"ok": True, "median": med, "p20": p20, "p80": p80, "launches": launches}
+        if m.get("cudagraph"):
+            out.update(self._cudagraph(m))
+        return out
+
+    def _cudagraph(self, m: dict[str, Any]) -> dict[str, Any]:
+        import triton.testing
+
+        model, xs = self.model, self.inputs
+        try:
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.no_grad(), torch.cuda.stream(s):
+                model(*xs)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.no_grad(), torch.cuda.graph(g):
+                model(*xs)
+            ms = triton.testing.do_bench(
+                g.replay, warmup=float(m.get("warmup_ms", 25)), rep=float(m.get("rep_ms", 100))
+            )
+            return {"cudagraph_ms": float(ms)}
+        except Exception as e:
+            return {"cudagraph_error": one_line(e, 200)}
+
+    def op_wall(self, m: dict[str, Any]) -> dict[str, Any]:
+        fresh = self._inputs(int(m["input_seed"]), None)
+        for x, y in zip(self.inputs, fresh, strict=False):
+            if isinstance(x, torch.Tensor):
+                x.copy_(y)
+        sync(self.device)
+        channel.send(self.reply_fd, {"phase": "start"})
+        out = None
+        with torch.no_grad():
+            for _ in range(max(1, int(m["iters"]))):
+                out = self.model(*self.inputs)
+            sync(self.device)
+        descs = channel.write_tensors(self.slab, as_outputs(out))
+        return {"ok": True, "outputs": descs}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _task(self, overrides: dict[str, int]) -> Any:
+        key = repr(sorted(overrides.items()))
+        if key not in self.tasks:
+            self.tasks[key] = load_task(self.task_source, dict(overrides))
+        return self.tasks[key]
+
+    def _inputs(self, seed: int, transform: str | None) -> list[Any]:
+        xs = to_device(self.task.inputs(seed, self.device), self.device)
+        return scaled(xs) if transform == "scaled" else xs
+
+
+def serve(requests: int, replies: int, slab: int, device: str, applied: dict[str, Any]) -> None:
+    """Answer requests until `exit` or the judge closes the channel. Never returns."""
+    runner = Runner(device, slab, replies)
+    channel.send(replies, {"ok": True, "op": "hello", "pid": os.getpid(), "isolation": applied})
+    while True:
+        try:
+            msg = channel.recv(requests)
+        except channel.ChannelError:
+            break
+        op = msg.get("op")
+        if op == "exit":
+            break
+        t0 = time.monotonic()
+        handler = getattr(runner, f"op_{op}", None)
+        try:
+            if handler is None:
+                raise Refused("protocol", f"unknown request {op!r}")
+            reply = handler(msg)
+        except Refused as r:
+            reply = {"ok": False, "rule": r.rule, "error": r.error, "line": r.line}
+        except BadTask as e:
+            reply = {"ok": False, "rule": "bad_task", "error": str(e)}
+        except (Exception, SystemExit) as e:  # the candidate's failure, reported as such
+            reply = {
+                "ok": False,
+                "rule": "run.error",
+                "error": one_line(e),
+                "line": line_in(e, "egg_candidate_"),
+            }
+        reply["op"] = op
+        reply["seconds"] = round(time.monotonic() - t0, 4)
+        if device == "cuda" and torch.cuda.is_initialized():
+            reply["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        try:
+            channel.send(replies, reply)
+        except OSError:
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
