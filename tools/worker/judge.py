@@ -108,6 +108,10 @@ class RunnerProcess:
                     TRITON_CACHE_DIR=os.path.join(work, "triton-cache"),
                     PYTHONPATH=_repo_root(),
                     PYTHONDONTWRITEBYTECODE="1",
+                    # getpass.getuser() (Triton's cache) asks the user database when these are
+                    # unset, and a per-job user id has no entry there
+                    USER="egg-runner",
+                    LOGNAME="egg-runner",
                 )
                 if job.device == "cpu":
                     env["TRITON_INTERPRET"] = "1"
