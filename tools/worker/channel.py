@@ -16,7 +16,6 @@ import os
 import select
 import struct
 import time
-import warnings
 from typing import Any
 
 MAX_MESSAGE = 4 << 20
@@ -103,6 +102,57 @@ def slab_size(fd: int) -> int:
     return os.fstat(fd).st_size
 
 
+def reserve(fd: int, nbytes: int) -> None:
+    """Judge side: make the slab hold at least `nbytes` (grown by half again, to remap rarely)."""
+    size = slab_size(fd)
+    if size < nbytes:
+        os.ftruncate(fd, max(nbytes, size + size // 2))
+
+
+# One mapping per slab and process, page-locked for the GPU where CUDA is up: copies between
+# the GPU and the slab then run at DMA speed instead of through the driver's bounce buffers.
+_MAPS: dict[int, tuple[int, mmap.mmap, Any, bool]] = {}
+
+
+def _view(fd: int) -> Any:
+    """A uint8 tensor over the whole slab (None when it is empty)."""
+    import torch
+
+    size = slab_size(fd)
+    held = _MAPS.get(fd)
+    if held is not None and held[0] == size:
+        return held[2]
+    if held is not None:
+        _unmap(fd)
+    if size == 0:
+        return None
+    mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+    view = torch.frombuffer(mm, dtype=torch.uint8, count=size)
+    pinned = False
+    if torch.cuda.is_available() and torch.cuda.is_initialized() and size >= 1 << 20:
+        pinned = torch.cuda.cudart().cudaHostRegister(view.data_ptr(), size, 0) == 0
+    _MAPS[fd] = (size, mm, view, pinned)
+    return view
+
+
+def _unmap(fd: int) -> None:
+    size, mm, view, pinned = _MAPS.pop(fd)
+    if pinned:
+        import torch
+
+        torch.cuda.cudart().cudaHostUnregister(view.data_ptr())
+    del view
+    try:
+        mm.close()
+    except BufferError:
+        pass  # a tensor still views it: the mapping goes when that tensor does
+
+
+def release(fd: int) -> None:
+    if fd in _MAPS:
+        _unmap(fd)
+
+
 def nbytes_of(shape: list[int], dtype: str) -> int:
     n = DTYPES[dtype]
     for d in shape:
@@ -115,32 +165,34 @@ def write_tensors(fd: int, tensors: list[Any]) -> list[dict[str, Any]]:
     descriptor per value: its type, and for tensors shape, dtype, offset and whether it was written."""
     import torch
 
-    size = slab_size(fd)
-    mm = mmap.mmap(fd, size) if size else None
+    view = _view(fd)
+    size = 0 if view is None else view.numel()
     out: list[dict[str, Any]] = []
     offset = 0
-    try:
-        for t in tensors:
-            kind = f"{type(t).__module__}.{type(t).__qualname__}"
-            if not isinstance(t, torch.Tensor):
-                out.append({"type": kind})
-                continue
-            dt = str(t.dtype).replace("torch.", "")
-            desc = {"type": kind, "shape": list(t.shape), "dtype": dt, "device": t.device.type}
-            n = t.numel() * t.element_size()
-            if dt in DTYPES and mm is not None and offset + n <= size:
-                if n:
-                    src = t.detach().contiguous().reshape(-1).view(torch.uint8)
-                    torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=offset).copy_(src)
-                desc.update(offset=offset, nbytes=n, written=True)
-                offset += n
-            else:
-                desc["written"] = False
-            out.append(desc)
-    finally:
-        if mm is not None:
-            del mm  # released with the last view
+    for t in tensors:
+        kind = f"{type(t).__module__}.{type(t).__qualname__}"
+        if not isinstance(t, torch.Tensor):
+            out.append({"type": kind})
+            continue
+        dt = str(t.dtype).replace("torch.", "")
+        desc = {"type": kind, "shape": list(t.shape), "dtype": dt, "device": t.device.type}
+        n = t.numel() * t.element_size()
+        if dt in DTYPES and view is not None and offset + n <= size:
+            if n:
+                src = t.detach().contiguous().reshape(-1).view(torch.uint8)
+                view[offset : offset + n].copy_(src)
+            desc.update(offset=offset, nbytes=n, written=True)
+            offset += n
+        else:
+            desc["written"] = False
+        out.append(desc)
+    if _any_cuda(tensors):
+        torch.cuda.synchronize()
     return out
+
+
+def _any_cuda(tensors: list[Any]) -> bool:
+    return any(getattr(t, "is_cuda", False) for t in tensors)
 
 
 def read_tensor(fd: int, desc: dict[str, Any], device: str) -> Any:
@@ -155,13 +207,6 @@ def read_tensor(fd: int, desc: dict[str, Any], device: str) -> Any:
     dtype = getattr(torch, dt)
     if n == 0:
         return torch.empty(shape, dtype=dtype, device=device)
-    mm = mmap.mmap(fd, off + n, prot=mmap.PROT_READ)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a read-only buffer: the view is copied at once
-            raw = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=off)
-            t = raw.to(device, copy=True)
-        del raw
-    finally:
-        mm.close()
+    raw = _view(fd)[off : off + n]
+    t = raw.to(device, copy=True) if device != "cpu" else raw.clone()
     return t.view(dtype).reshape(shape)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import secrets
 import time
 from typing import Any
@@ -245,8 +244,7 @@ class Checker:
         verify = in_bytes <= VERIFY_INPUT_BYTES
         need = sum(o.numel() * o.element_size() for o in native if isinstance(o, torch.Tensor))
         need += in_bytes if verify else 0
-        if channel.slab_size(self.runner.slab) < need:
-            os.ftruncate(self.runner.slab, need)
+        channel.reserve(self.runner.slab, need)
         try:
             r = self.ask("call", input_seed=seed, return_inputs=verify, **kw)
         except Rejected as e:

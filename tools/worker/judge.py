@@ -262,6 +262,7 @@ class RunnerProcess:
                 pass
             self._reap(timeout_s=2)
         self.kill()
+        channel.release(self.slab)
         for fd in (self.req, self.rep, self.slab):
             try:
                 os.close(fd)

@@ -337,8 +337,7 @@ def _size_slab(runner: Any, outs: list[Any]) -> None:
     from tools.worker import channel
 
     need = sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor))
-    if channel.slab_size(runner.slab) < need:
-        os.ftruncate(runner.slab, need)
+    channel.reserve(runner.slab, need)
 
 
 def _read_outputs(runner: Any, reply: dict[str, Any], want: list[Any]) -> list[Any] | None:

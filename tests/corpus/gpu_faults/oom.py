@@ -1,6 +1,6 @@
 # ruff: noqa
 # task: relu
-# expect: run.error|sandbox.crash
+# expect: run.error|sandbox.crash|run.oom
 # Asks for 16 TiB of device memory.
 import torch
 import torch.nn as nn
