@@ -305,6 +305,20 @@ def sweep_stale_dirs() -> int:
     return removed
 
 
+_SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def protect_agent() -> bool:
+    """When this process holds a credential in its environment, make it undumpable: its /proc
+    files (environ, mem) then belong to root, so even where the runner's namespaces are missing
+    a process of the same user cannot read the key there. Returns whether it applied."""
+    if not any(h in k.upper() for k in os.environ for h in _SECRET_HINTS):
+        return False
+    from tools.worker.confine import make_undumpable
+
+    return make_undumpable()
+
+
 def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResult:
     """Run `job` in a worker process of its own; never raises for a job's own failure.
 
@@ -312,6 +326,8 @@ def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResu
     given; otherwise a fresh interpreter starts. GPU jobs take the per-GPU file lock inside the
     worker (shared to compile or check, exclusive to time), so timing never overlaps other GPU
     work, from this process or another."""
+    if not _SWEPT[0]:
+        protect_agent()
     sweep_stale_dirs()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="egg-job-") as workdir:
