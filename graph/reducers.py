@@ -20,6 +20,34 @@ def beats(new: TimingReport | None, incumbent: TimingReport | None) -> bool:
     return new.candidate_ms * (1.0 + noise) < incumbent.candidate_ms
 
 
+# The share of the roofline (ideal time from peak bandwidth and flop rate) that a kernel can
+# reach in practice: eager elementwise ops on large tensors run at about 98% of the measured
+# copy bandwidth on the H200 (PERF_NOTES).
+ATTAINABLE_ROOFLINE = 0.98
+
+
+def headroom(best: BestKernel | None) -> float | None:
+    """The largest speedup still possible for `best` by the roofline, as a fraction (0.05 = 5%),
+    or None when it was not measured."""
+    if best is None or best.profile is None or not best.profile.roofline_fraction:
+        return None
+    return max(0.0, ATTAINABLE_ROOFLINE / best.profile.roofline_fraction - 1.0)
+
+
+def not_worth_tuning(best: BestKernel | None) -> str | None:
+    """Why a tuning stage cannot improve `best` beyond the noise `beats` demands, or None."""
+    room = headroom(best)
+    if room is None or best is None or best.timing is None:
+        return None
+    noise = max(best.timing.noise or 0.0, MIN_NOISE)
+    if room <= noise:
+        return (
+            f"at {best.profile.roofline_fraction:.0%} of the roofline: at most {room:.1%} faster, "
+            f"within the noise ({noise:.1%})"
+        )
+    return None
+
+
 def keep_best(current: BestKernel | None, new: BestKernel | None) -> BestKernel | None:
     """Keep the incumbent unless the newcomer is verified and measurably faster.
 

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from graph.records import Attempt, BestKernel, ProfilerAdvice, StageDecision
-from graph.reducers import beats
+from graph.reducers import beats, not_worth_tuning
 from graph.stages import StageSpec
 from nodes.common import best_of, log, settings_of
 from nodes.profiler import deterministic_advice
@@ -20,12 +20,24 @@ def make_start_node(spec: StageSpec):
     def start(state: dict[str, Any]) -> dict[str, Any]:
         settings = settings_of(state)
         entry = state.get("best")
+        # A tuning stage whose entry kernel is already at the roofline cannot produce a change
+        # that beats it beyond noise: it is skipped, and says so.
+        at_roofline = (
+            not_worth_tuning(entry) if spec.kind == "tune" and spec.name in settings.stages else None
+        )
         skip = (
             spec.name not in settings.stages
             or (spec.kind == "tune" and entry is None)
             or bool(state.get("halt"))
+            or at_roofline is not None
         )
-        log.info("stage.start", stage=spec.name, skip=skip, entry=entry.candidate.id if entry else None)
+        log.info(
+            "stage.start",
+            stage=spec.name,
+            skip=skip,
+            entry=entry.candidate.id if entry else None,
+            at_roofline=at_roofline,
+        )
         explore = spec.kind == "explore"
         return {
             "entry": entry,
@@ -233,6 +245,8 @@ def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision,
             if fastest is not None
             else "no variant verified"
         ) + f"; {len(verified)}/{len(attempts)} verified"
+    elif spec.kind == "tune" and not_worth_tuning(entry):
+        why = f"not tuned: {not_worth_tuning(entry)}"
     else:
         why = "the code model proposed no change for this stage"
     if state.get("halt"):

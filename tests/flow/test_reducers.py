@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 from graph.records import BestKernel, Candidate, CheckReport, RoleUsage, StageDecision, TimingReport, Usage
 from graph.reducers import beats, keep_best, merge_decisions, merge_usage
 
@@ -71,3 +73,23 @@ def test_merge_usage_is_order_independent():
     assert len(results) == 1
     total = Usage.model_validate_json(results.pop()).total()
     assert total.calls == 10 and total.input_tokens == 45 and total.output_tokens == 90
+
+
+def test_a_kernel_at_the_roofline_is_not_worth_tuning() -> None:
+    from graph.records import BestKernel, Candidate, CheckReport, ProfileReport, TimingReport
+    from graph.reducers import headroom, not_worth_tuning
+
+    def best(rf: float | None, noise: float) -> BestKernel:
+        return BestKernel(
+            candidate=Candidate(id="c", stage="algorithm", source="x", origin="seed"),
+            check=CheckReport(accepted=True),
+            timing=TimingReport(measured=True, candidate_ms=1.0, noise=noise),
+            profile=ProfileReport(roofline_fraction=rf),
+        )
+
+    assert not_worth_tuning(best(0.975, 0.01)) is not None  # 0.5% left < 1% noise
+    assert "roofline" in not_worth_tuning(best(0.975, 0.01))
+    assert not_worth_tuning(best(0.80, 0.01)) is None  # 22% left: tune
+    assert headroom(best(0.95, 0.05)) == pytest.approx(0.98 / 0.95 - 1)
+    assert not_worth_tuning(best(0.95, 0.05)) is not None  # 3.2% left < 5% noise
+    assert not_worth_tuning(best(None, 0.01)) is None  # unmeasured (CPU): never skipped
