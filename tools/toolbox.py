@@ -9,6 +9,7 @@ This module never imports torch or triton.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -49,9 +50,12 @@ def _fields(model: type, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class Toolbox:
-    def __init__(self, *, timeout_s: float = 300.0, python: str | None = None):
+    def __init__(self, *, timeout_s: float = 300.0, python: str | None = None, egg_home: str | None = None):
         self.timeout_s = timeout_s
         self.python = python
+        # The EGG home (as graph.context resolves it): hidden from every candidate, and where the
+        # judges cache eager/torch.compile baselines per task, sizes, GPU and versions.
+        self.egg_home = os.path.abspath(egg_home or os.environ.get("EGG_HOME") or ".egg")
         # On a GPU, compile() runs one `evaluate` job (compile, check, time in one fresh process)
         # and keeps the check and timing reports here until check()/time() ask for them.
         self._pending: OrderedDict[tuple, dict[str, JobResult]] = OrderedDict()
@@ -108,6 +112,13 @@ class Toolbox:
         known = self._peak.get(self._task_key(task)) if task.device == "cuda" else None
         if known and kind != "describe":
             kw["options"] = {**kw.get("options", {}), **known}
+        kw["options"] = {
+            "egg_home": self.egg_home,
+            "baseline_cache": os.path.join(self.egg_home, "baselines"),
+            # the runner must give up (and be blamed) before the job's own limit kills the judge
+            "runner_timeout_s": max(10.0, self.timeout_s - 20.0),
+            **kw.get("options", {}),
+        }
         return Job(
             kind=kind,
             task_path=task.path,

@@ -111,3 +111,36 @@ def test_speed_of_light_rejection_path() -> None:
 def test_compile_on_gpu_reports_kernels() -> None:
     r = TB.compile(_task("matmul"), (CORPUS / "good" / "matmul_good.py").read_text())
     assert r.ok and r.kernels[0].registers
+
+
+@needs_cuda
+def test_eager_baseline_is_cached_per_task_and_the_benchmark_measures_it_again(tmp_path) -> None:
+    tb = Toolbox(timeout_s=240, egg_home=str(tmp_path))
+    task = _task("relu", {"BATCH": 4096, "DIM": 4096})
+    src = (CORPUS / "good" / "relu_good.py").read_text()
+    first, second = tb.time(task, src), tb.time(task, src)
+    assert first.measured and second.measured
+    assert first.baseline == "measured" and second.baseline.startswith("cached")
+    assert second.eager_ms == first.eager_ms
+    assert tb.benchmark(task, src).baseline.startswith(("measured", "eager measured"))
+
+
+@needs_cuda
+def test_a_patched_timer_in_the_runner_is_caught_by_the_judges_clock() -> None:
+    """With the static rules off, a candidate that replaces do_bench in its own process claims a
+    median of a nanosecond; the judge's wall clock over many calls disagrees."""
+    src = (CORPUS / "hostile" / "h07_patch_timer.py").read_text()
+    job = Job(
+        kind="time",
+        task_path="",
+        task_source=(CORPUS / "tasks" / "relu.py").read_text(),
+        device="cuda",
+        size_overrides={"BATCH": 4096, "DIM": 4096},
+        candidate_source=src,
+        options={"static_rules": False},
+    )
+    res = run_job(job, timeout_s=240)
+    assert res.ok and res.payload["measured"] is False
+    assert res.payload["reason"].startswith(("timing.disagree:", "timing.speed_of_light:")), res.payload[
+        "reason"
+    ]
