@@ -34,13 +34,13 @@ from tools.sandbox import run_job
 
 _log = structlog.get_logger("egg.tools")
 
-# Peak numbers by GPU name substring; conservative defaults for anything unknown.
+# Peak numbers by GPU name substring. A GPU not listed has no peaks ("peak unknown"): another
+# GPU's numbers would give it a made-up roofline fraction.
 PEAKS: dict[str, dict[str, float]] = {
     "H200": {"gbps": 4300.0, "tflops_fp32": 67.0, "tflops_tf32": 495.0, "tflops_bf16": 790.0},
     "H100": {"gbps": 3000.0, "tflops_fp32": 60.0, "tflops_tf32": 400.0, "tflops_bf16": 700.0},
     "A100": {"gbps": 1800.0, "tflops_fp32": 19.5, "tflops_tf32": 156.0, "tflops_bf16": 312.0},
 }
-DEFAULT_PEAKS = PEAKS["H200"]
 # Below this many microseconds a kernel is dominated by launch latency, not by its work.
 LAUNCH_BOUND_US = 15.0
 
@@ -289,11 +289,11 @@ def _tail(res: JobResult) -> str:
     return f"[stderr: {lines[-1][:300]}]" if lines else ""
 
 
-def peaks_for(gpu: str | None) -> dict[str, float]:
+def peaks_for(gpu: str | None) -> dict[str, float] | None:
     for key, peaks in PEAKS.items():
         if gpu and key in gpu:
             return peaks
-    return DEFAULT_PEAKS
+    return None
 
 
 def profile_report(
@@ -323,6 +323,19 @@ def profile_report(
     sec = timing.candidate_ms / 1e3
     gbps = nbytes / sec / 1e9 if nbytes else None
     tflops = flops / sec / 1e12 if flops else None
+    if peaks is None:
+        # The achieved rates are facts, but against no known peak: reported as text, and no
+        # fraction or bottleneck is derived from them.
+        rates = [f"{gbps:.0f} GB/s" if gbps else None, f"{tflops:.2f} TFLOP/s" if tflops else None]
+        return ProfileReport(
+            flops=flops,
+            bytes_moved=nbytes,
+            evidence=evidence
+            + [f"peak unknown for GPU {gpu!r}: no roofline fraction (tools/toolbox.py PEAKS)"]
+            + [f"achieved {', '.join(r for r in rates if r)}" if any(rates) else "no work estimate"],
+            bottleneck="latency" if timing.candidate_ms * 1e3 < LAUNCH_BOUND_US else "unknown",
+            ncu_skipped="ncu not run: needs explicit permission and an ncu binary on the GPU host",
+        )
     dt = desc.outputs[0].dtype if desc.outputs else "float32"
     # fp32 at full accuracy is fastest as 3xTF32 on tensor cores (three TF32 products per fp32 one),
     # so that, not the FMA-pipe peak, is the compute roof an fp32 kernel can reach (H200: ~165 TFLOP/s).
