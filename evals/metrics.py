@@ -3,7 +3,8 @@
 Honesty rules: a row's speedup is used only when the row is verified AND the speedup was
 measured (not None); rows without timing (CPU runs) count as verified but their speedups are
 reported as "not measured" (None), never as 0 or 1. fast_p follows KernelBench: the fraction
-of ALL tasks that are correct AND have speedup > p.
+of ALL tasks that are correct AND have speedup > p. fast_0 is therefore the correctness rate on
+every device (a kernel that ran has a positive speedup, timed or not).
 """
 
 from __future__ import annotations
@@ -54,16 +55,17 @@ def measured_speedups(rows: Iterable[Row], which: str = "vs_eager") -> list[floa
 def fast_p(rows: list[Row], p: float, which: str = "vs_eager") -> float | None:
     """Fraction of all tasks that are verified and faster than p x (KernelBench fast_p).
 
-    None (not measured) when some task is verified but no verified task has a measured
-    speedup: we cannot tell how many are fast. With no verified task the answer is 0.
-    A mix of measured and unmeasured verified rows gives a lower bound (unmeasured rows are
-    not counted as fast); summarize() reports how many rows that concerns.
+    p = 0 is the correctness rate, measured or not. For p > 0: None (not measured) when some
+    task is verified but no verified task has a measured speedup: we cannot tell how many are
+    fast. With no verified task the answer is 0. A mix of measured and unmeasured verified rows
+    gives a lower bound (unmeasured rows are not counted as fast); summarize() reports how many
+    rows that concerns.
     """
     if not rows:
         return None
     verified = [r for r in rows if r.get("verified") is True]
-    if not verified:
-        return 0.0
+    if p <= 0 or not verified:
+        return len(verified) / len(rows)
     spd = measured_speedups(verified, which)
     if not spd:
         return None
@@ -124,6 +126,20 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
     walls = [x for r in rows if (x := _num(r.get("wall_s"))) is not None]
     out["wall_s"] = {"total": sum(walls), "median": statistics.median(walls) if walls else None}
     return out
+
+
+def phase_totals(rows: Iterable[Row]) -> dict[str, dict[str, Any]]:
+    """Seconds per phase over tasks: {phase: {"total", "median", "tasks"}}, largest total first.
+
+    A row's `phases` maps a phase (describe, compile, check, time, wait, ...) to its seconds in that
+    task; the median is over the tasks that report the phase (`tasks` says how many)."""
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        for name, sec in (r.get("phases") or {}).items():
+            if (x := _num(sec)) is not None:
+                per.setdefault(str(name), []).append(x)
+    out = {k: {"total": sum(v), "median": statistics.median(v), "tasks": len(v)} for k, v in per.items()}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["total"]))
 
 
 def pkey(p: float) -> str:
@@ -216,6 +232,7 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
         "per_level": {k: summarize(v) for k, v in group_by(rows, "level").items()},
         "per_kind": {k: summarize(v) for k, v in group_by(rows, "kind").items()},
         "stage_ablation": stage_ablation(rows),
+        "phases": phase_totals(rows),
         "degenerate": [{"task": t, "flags": f} for t, f in flagged.items()],
     }
 

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evals.phases import task_phases
 from evals.tasks import TaskDiscoveryError, TaskEntry, discover
 
 ROW_SCHEMA = 1
@@ -308,6 +309,11 @@ def build_row(
     compiled: bool | None = rep.get("compiled") if isinstance(rep.get("compiled"), bool) else None
     if compiled is None and (verified or any((s.get("verified_attempts") or 0) > 0 for s in stages)):
         compiled = True  # a verified candidate necessarily compiled
+    try:
+        log_text = (tdir / "optimize.log").read_text(errors="replace")
+    except OSError:
+        log_text = ""
+    phases, phases_source = task_phases(report, log_text)
     env = rep.get("env") if isinstance(rep.get("env"), dict) else {}
     versions = {
         k: env.get(k)
@@ -346,6 +352,10 @@ def build_row(
         "candidate_ms": cand,
         "eager_ms": eager,
         "compile_ms": comp,
+        # The kernel's own timing spread (p20/p80 of its timed calls): the report's error bars.
+        "candidate_p20_ms": _f(tm.get("candidate_p20_ms")),
+        "candidate_p80_ms": _f(tm.get("candidate_p80_ms")),
+        "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,
         "speedup_vs_eager": s_eager,
         "speedup_vs_compile": s_comp,
         "roofline_fraction": _f(rep.get("roofline_fraction")),
@@ -358,6 +368,8 @@ def build_row(
         "sizes_used": rep.get("sizes_used") or {},
         "wall_s": round(wall, 3),
         "optimize_wall_s": _f(rep.get("wall_s")),
+        "phases": phases,
+        "phases_source": phases_source,
         "versions": versions,
         "versions_source": versions_source,
         "gpu": env.get("gpu"),

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _HEADER_RE = re.compile(r"^#\s*(family|kind)\s*:\s*(\S.*?)\s*$", re.IGNORECASE)
+# A suite may name its level in the header ("# level: 2"); KernelBench puts it in the path.
+_LEVEL_HEADER_RE = re.compile(r"^#\s*level\s*:\s*(\S+)\s*$", re.IGNORECASE)
+_LEVEL_DIR_RE = re.compile(r"^level[_-]?(\d+)$", re.IGNORECASE)
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 # KernelBench-format marker: a file is a task only if it defines the reference module.
 _MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
@@ -27,7 +30,8 @@ class TaskEntry:
     id: str  # unique within one eval; used as the directory name under DIR/tasks/
     path: str  # absolute path
     name: str  # file stem
-    level: str  # parent directory name (KernelBench "level1", our "egg", "smoke", ...)
+    level: str  # the level metrics group by (see task_level): "level1", "level2", ..., else the suite
+
     family: str | None  # from the "# family:" header comment, None when absent
     kind: str | None  # "single-op" | "fused-chain" from "# kind:", None when absent
     description: str | None  # first header comment line that is not family/kind
@@ -51,6 +55,22 @@ def parse_header(text: str) -> tuple[str | None, str | None, str | None]:
         elif desc is None and not s.startswith("#!") and "coding" not in s:
             desc = s.lstrip("#").strip() or None
     return family, kind, desc
+
+
+def task_level(path: Path, text: str) -> str:
+    """The group a task's metrics are reported under.
+
+    A "# level: N" header comment wins (a suite's own metadata); else the parent directory, with
+    KernelBench's "level1" / "level_1" spelled "level1" (our suites: "egg", "smoke")."""
+    for line in text.splitlines()[:_HEADER_LINES]:
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break
+        if m := _LEVEL_HEADER_RE.match(s):
+            v = m.group(1)
+            return f"level{v}" if v.isdigit() else v
+    m = _LEVEL_DIR_RE.match(path.parent.name)
+    return f"level{int(m.group(1))}" if m else path.parent.name
 
 
 def _is_task_file(p: Path) -> bool:
@@ -92,14 +112,15 @@ def discover(paths: list[str]) -> list[TaskEntry]:
         if f in seen:
             continue
         seen.add(f)
-        family, kind, desc = parse_header(f.read_text(encoding="utf-8", errors="replace"))
-        level = f.parent.name
-        tid = _task_id(level, f.stem)
+        text = f.read_text(encoding="utf-8", errors="replace")
+        family, kind, desc = parse_header(text)
+        # Ids keep the parent directory (stable across versions, so --resume finds old rows).
+        tid = _task_id(f.parent.name, f.stem)
         if tid in used_ids:
             # Same level/stem from two trees: disambiguate by path so ids stay stable on resume.
             tid = f"{tid}_{hashlib.sha1(str(f).encode()).hexdigest()[:8]}"
         used_ids.add(tid)
-        entries.append(TaskEntry(tid, str(f), f.stem, level, family, kind, desc))
+        entries.append(TaskEntry(tid, str(f), f.stem, task_level(f, text), family, kind, desc))
     if not entries:
         raise TaskDiscoveryError(f"no KernelBench-format task files found under: {' '.join(paths)}")
     return entries

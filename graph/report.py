@@ -45,6 +45,8 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
         "candidate_id": best.candidate.id if best else None,
         "params": best.candidate.params if best else None,
         "sizes_used": desc.sizes_used if desc else None,
+        # The reference's output dtype(s), e.g. "float32": what reports print beside the GPU.
+        "dtype": ",".join(dict.fromkeys(t.dtype for t in desc.outputs)) if desc and desc.outputs else None,
         "size_overrides": task.size_overrides if task else None,
         "check": best.check.model_dump() if best else None,
         "delegated_ops": best.check.delegated_ops if best else [],

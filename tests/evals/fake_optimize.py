@@ -4,7 +4,8 @@ Parses the optimize CLI contract, then behaves according to the task's file stem
 FAKE_OPT_MODES="stem=mode,..." with mode one of ok | nokernel | badinput | crash | hang |
 noreport | lie | orphan; stems containing "degenerate" get a checker degenerate note; stems containing "sort" default to nokernel, others to ok.
 FAKE_OPT_SLEEP: seconds to sleep before finishing (for resume/interrupt tests).
-FAKE_OPT_TIMING=1: write GPU-like timing (deterministic per task) instead of timing=null.
+FAKE_OPT_TIMING=1: write GPU-like timing (deterministic per task, with p20/p80) instead of
+timing=null, and log one `tool.evaluate` line with job phases as the real optimize does on a GPU.
 FAKE_OPT_LOG: file to which each invocation appends "<stem> <CUDA_VISIBLE_DEVICES>".
 It never imports torch: the runner tests must stay fast.
 """
@@ -64,8 +65,11 @@ def main() -> int:
         eager = 1.0 + (h % 100) / 10.0
         cand = eager / (0.6 + (h % 23) / 10.0)
         comp = eager * 0.8
-        timing = {"measured": True, "candidate_ms": cand, "eager_ms": eager, "compile_ms": comp}
+        timing = {"measured": True, "candidate_ms": cand, "eager_ms": eager, "compile_ms": comp,
+                  "candidate_p20_ms": cand * 0.97, "candidate_p80_ms": cand * 1.05}  # fmt: skip
         s_e, s_c = eager / cand, comp / cand
+        print("12:00:00 [info     ] tool.evaluate                  check=1.5 check.run=1.2 compile=0.5 "
+              f"imports=2.0 memory_units=2 task={stem} wait_exclusive=0.25 wait_memory=0.5 wall_s=5.0")  # fmt: skip
     cur = None
     for i, st in enumerate(stages_run):
         ex = None if s_e is None else s_e ** ((i + 1) / len(stages_run))
@@ -78,6 +82,7 @@ def main() -> int:
     report = {
         "verified": verified, "thread_id": a.thread_id, "task": a.task, "device": a.device,
         "model": {"code": a.model, "profiler": a.model, "debugger": a.model}, "policy": a.policy, "family": "fakefam", "sizes_used": {},
+        "dtype": "float32",
         "stages": stages, "timing": timing, "speedup_vs_eager": s_e, "speedup_vs_compile": s_c,
         "roofline_fraction": 0.5 if timing else None, "bottleneck": "memory",
         "usage": {"by_stage_role": {"algorithm/code": usage}, "total": usage},

@@ -47,8 +47,12 @@ def test_fast_p_counts_all_tasks_in_denominator() -> None:
 def test_fast_p_edge_cases() -> None:
     assert fast_p([], 1.0) is None
     assert fast_p([row("a", False), row("b", False)], 1.0) == 0.0  # nothing correct: 0, measured or not
-    # Verified but never timed (CPU): unknown, not 0 and not 100%.
-    assert fast_p([row("a", True), row("b", False)], 0.0) is None
+    # Verified but never timed (CPU): fast_0 is the correctness rate; above 0 it is unknown,
+    # neither 0 nor 100%.
+    assert fast_p([row("a", True), row("b", False)], 0.0) == pytest.approx(0.5)
+    assert fast_p([row("a", True), row("b", False)], 1.0) is None
+    # fast_0 counts verified rows whether or not they were timed.
+    assert fast_p([row("a", True, 3.0), row("b", True), row("c", False)], 0.0) == pytest.approx(2 / 3)
     # Mixed: unmeasured verified rows are not counted as fast (lower bound).
     assert fast_p([row("a", True, 3.0), row("b", True)], 1.0) == pytest.approx(0.5)
     assert fast_p([row("a", True, None, 1.3)], 1.2, "vs_compile") == 1.0
@@ -75,7 +79,8 @@ def test_no_timing_rows_are_verified_but_not_measured() -> None:
     assert s["verified"]["count"] == 2
     assert s["speedup"]["vs_eager"]["geomean"] is None
     assert s["speedup"]["vs_eager"]["n"] == 0
-    assert all(v is None for v in s["fast_p"]["vs_eager"].values())
+    assert s["fast_p"]["vs_eager"]["0.0"] == pytest.approx(2 / 3)  # the correctness rate
+    assert all(v is None for k, v in s["fast_p"]["vs_eager"].items() if k != "0.0")
     assert s["failures_by_kind"] == {"no_kernel": 1}
 
 
@@ -145,6 +150,23 @@ def test_stage_ablation_carries_forward_and_uses_complete_tasks() -> None:
 def test_stage_ablation_without_timing() -> None:
     ab = stage_ablation([row("c", True, stages=[_st("algorithm", None)])])
     assert ab["stages"][0]["geomean_after"] is None and ab["stages"][0]["n"] == 0
+
+
+def test_phase_totals_and_medians_over_the_tasks_that_report_a_phase() -> None:
+    from evals.metrics import phase_totals
+
+    rows = [
+        row("a", True, phases={"check": 3.0, "wait": 10.0}),
+        row("b", True, phases={"check": 5.0, "wait": 2.0, "describe": 1.0}),
+        row("c", False, phases={"check": 7.0, "wait": "bad"}),
+        row("d", False),
+    ]
+    ph = phase_totals(rows)
+    assert list(ph) == ["check", "wait", "describe"]  # largest total first
+    assert ph["check"] == {"total": 15.0, "median": 5.0, "tasks": 3}
+    assert ph["wait"] == {"total": 12.0, "median": 6.0, "tasks": 2}
+    assert ph["describe"] == {"total": 1.0, "median": 1.0, "tasks": 1}
+    assert compute_metrics(rows)["phases"] == ph
 
 
 def test_latest_rows_last_wins() -> None:

@@ -109,10 +109,17 @@ def test_full_run_writes_rows_report_and_kernels(full_run: tuple[Path, float]) -
     assert metrics["complete"] is True
     assert overall["tasks"] == 3 and overall["failed"] == 1
     assert overall["measured"] == {"vs_eager": 0, "vs_compile": 0}
-    # No measurement, no fast_p: not a made-up 0% or 100%.
+    # fast_0 is the correctness rate; above 0 no measurement means no fast_p, not a made-up 0% or 100%.
     for base in ("vs_eager", "vs_compile"):
-        assert set(overall["fast_p"][base].values()) == {None}, overall["fast_p"][base]
+        fp = overall["fast_p"][base]
+        assert fp["0.0"] == pytest.approx(2 / 3) and {v for k, v in fp.items() if k != "0.0"} == {None}, fp
         assert overall["speedup"][base]["geomean"] is None and overall["speedup"][base]["n"] == 0
+    # Where each task's seconds went, from the report's usage (no GPU jobs on CPU).
+    verified = [r for r in rows.values() if r["verified"]]
+    for r in verified:
+        assert r["phases_source"] == "usage+log" and r["phases"]["tools"] > 0, r["phases"]
+    assert metrics["phases"]["tools"]["tasks"] >= len(verified)
+    assert {r["dtype"] for r in verified} == {"float32"}
 
     md = (out / "report.md").read_text()
     assert "not measured" in md
