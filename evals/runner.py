@@ -428,42 +428,111 @@ class ResultsFile:
 # ---------------------------------------------------------------------------------------------
 
 
-class _PlainProgress:
-    """One line per finished task (for logs and CI, where a live bar would be noise)."""
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    h, m = divmod(s // 60, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s % 60:02d}s" if m else f"{s}s")
 
-    def __init__(self, total: int, skipped: int, stream: Any = None):
-        self.total, self.done = total, skipped
+
+class _Tally:
+    """Counts of one eval (done, verified, failed, running, queued) and a throughput ETA."""
+
+    def __init__(self, total: int, skipped: int, clock: Callable[[], float] = time.monotonic):
+        self.total, self.skipped, self.done = total, skipped, skipped
         self.verified = self.failed = 0
-        self.stream = stream or sys.stdout
+        self.running: list[str] = []
+        self.clock = clock
+        self.t0 = clock()
         self._lock = threading.Lock()
+
+    @property
+    def queued(self) -> int:
+        return max(0, self.total - self.done - len(self.running))
+
+    def eta_s(self) -> float | None:
+        """Remaining tasks at this run's rate so far (tasks skipped on --resume do not count)."""
+        finished = self.done - self.skipped
+        if finished <= 0:
+            return None
+        return (self.total - self.done) * (self.clock() - self.t0) / finished
+
+    def status(self) -> str:
+        return (
+            f"done {self.done}/{self.total} ({self.verified} verified, {self.failed} failed), "
+            f"running {len(self.running)}, queued {self.queued}, elapsed {_duration(self.clock() - self.t0)}, "
+            f"ETA {_duration(self.eta_s())}"
+        )
+
+    def _started(self, task_id: str) -> None:
+        self.running.append(task_id)
+
+    def _finished(self, row: dict[str, Any]) -> None:
+        if row["task"] in self.running:
+            self.running.remove(row["task"])
+        self.done += 1
+        if row["verified"]:
+            self.verified += 1
+        else:
+            self.failed += 1
+
+
+class _PlainProgress(_Tally):
+    """For logs and CI: one line per finished task, and a status line (done, running, queued, ETA)
+    every `interval_s` while tasks run. Plain text only: no markup, no control characters."""
+
+    def __init__(
+        self,
+        total: int,
+        skipped: int,
+        stream: Any = None,
+        interval_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        super().__init__(total, skipped, clock)
+        self.stream = stream or sys.stdout
+        self.interval_s = interval_s
+        self._last = self.t0
         if skipped:
-            print(
-                f"resume: {skipped} task(s) already done, {total - skipped} to run",
-                file=self.stream,
-                flush=True,
-            )
+            self._print(f"resume: {skipped} task(s) already done, {total - skipped} to run")
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True, name="eval-progress")
+        self._ticker.start()
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(min(1.0, self.interval_s)):
+            self.tick()
+
+    def tick(self) -> None:
+        with self._lock:
+            if self.running and self.clock() - self._last >= self.interval_s:
+                self._last = self.clock()
+                self._print(f"eval: {self.status()}")
 
     def started(self, task_id: str) -> None:
-        pass
+        with self._lock:
+            self._started(task_id)
 
     def finished(self, row: dict[str, Any]) -> None:
         with self._lock:
-            self.done += 1
+            self._finished(row)
             if row["verified"]:
-                self.verified += 1
                 spd = row.get("speedup_vs_eager")
                 what = f"verified, {spd:.2f}x vs eager" if spd else "verified, speedup not measured"
             else:
-                self.failed += 1
                 what = f"FAILED ({row.get('failure_kind')}): {(row.get('failure') or '')[:160]}"
-            print(
-                f"[{self.done}/{self.total}] {row['task']}: {what} ({row['wall_s']:.1f}s)",
-                file=self.stream,
-                flush=True,
+            self._print(
+                f"[{self.done}/{self.total}] {row['task']}: {what} ({row['wall_s']:.1f}s); "
+                f"running {len(self.running)}, queued {self.queued}, ETA {_duration(self.eta_s())}"
             )
 
     def close(self) -> None:
-        pass
+        self._stop.set()
+        self._ticker.join()
 
 
 _STAGE_RE = re.compile(rb"\bstage=([A-Za-z_]+)")
@@ -482,7 +551,10 @@ def current_stage(log_path: Path) -> str | None:
     return found[-1].decode() if found else None
 
 
-class _RichProgress:
+class _RichProgress(_Tally):
+    """On a TTY: one live line (bar, done/total, verified/failed, running, queued, ETA, and the
+    running tasks with their current stage), refreshed every second."""
+
     def __init__(
         self,
         total: int,
@@ -490,17 +562,15 @@ class _RichProgress:
         console: Any = None,
         stage_of: Callable[[str], str | None] | None = None,
     ):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        self.verified = self.failed = 0
-        self.running: list[str] = []
-        self._lock = threading.Lock()
+        super().__init__(total, skipped)
+        # Fields are plain text (markup=False): a task id such as "[x]" must print as written.
         self.progress = Progress(
-            TextColumn("[bold]eval"),
+            TextColumn("eval", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("[green]{task.fields[verified]} verified[/] [red]{task.fields[failed]} failed[/]"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[counts]}", markup=False),
             TextColumn("{task.fields[current]}", markup=False),
             console=console,
         )
@@ -509,11 +579,10 @@ class _RichProgress:
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, daemon=True, name="eval-progress")
         self._ticker.start()
-        self.bar = self.progress.add_task(
-            "eval", total=total, completed=skipped, verified=0, failed=0, current=""
-        )
+        self.bar = self.progress.add_task("eval", total=total, completed=skipped, counts="", current="")
         if skipped:
-            self.progress.console.print(f"resume: {skipped} task(s) already done")
+            self.progress.console.print(f"resume: {skipped} task(s) already done", markup=False)
+        self._refresh()
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
@@ -529,22 +598,20 @@ class _RichProgress:
             return
         shown = [self._label(t) for t in self.running[:3]]
         cur = ", ".join(shown) + (f" +{len(self.running) - 3}" if len(self.running) > 3 else "")
-        self.progress.update(self.bar, verified=self.verified, failed=self.failed, current=cur)
+        counts = (
+            f"{self.verified} verified, {self.failed} failed, running {len(self.running)}, "
+            f"queued {self.queued}, ETA {_duration(self.eta_s())}"
+        )
+        self.progress.update(self.bar, completed=self.done, counts=counts, current=cur)
 
     def started(self, task_id: str) -> None:
         with self._lock:
-            self.running.append(task_id)
+            self._started(task_id)
             self._refresh()
 
     def finished(self, row: dict[str, Any]) -> None:
         with self._lock:
-            if row["task"] in self.running:
-                self.running.remove(row["task"])
-            if row["verified"]:
-                self.verified += 1
-            else:
-                self.failed += 1
-            self.progress.advance(self.bar)
+            self._finished(row)
             self._refresh()
 
     def close(self) -> None:

@@ -265,12 +265,41 @@ def test_rich_progress_bar() -> None:
     p.started("lvl__a")
     time.sleep(1.3)  # the ticker refreshes the running tasks' stages
     assert "lvl__a [tiling]" in buf.getvalue()
+    assert "running 1, queued 1" in buf.getvalue()
     p.finished({"task": "lvl__a", "verified": True})
     p.started("lvl__b")
     p.finished({"task": "lvl__b", "verified": False})
     p.close()
     text = buf.getvalue()
-    assert "3/3" in text and "1 verified" in text and "1 failed" in text
+    assert "3/3" in text and "1 verified" in text and "1 failed" in text and "queued 0" in text
+
+
+def test_plain_progress_prints_periodic_status_lines_without_markup() -> None:
+    import io
+
+    from evals.runner import _PlainProgress
+
+    now = [100.0]
+    buf = io.StringIO()
+    p = _PlainProgress(5, 1, stream=buf, interval_s=30.0, clock=lambda: now[0])
+    p.started("a")
+    p.started("b")
+    now[0] += 10
+    p.tick()  # before the interval: nothing
+    now[0] += 25
+    p.tick()
+    p.finished({"task": "a", "verified": True, "wall_s": 35.0})
+    now[0] += 31
+    p.tick()
+    p.close()
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "resume: 1 task(s) already done, 4 to run"
+    assert lines[1] == ("eval: done 1/5 (0 verified, 0 failed), running 2, queued 2, elapsed 35s, ETA ?")
+    # One task in 35 s, three left: ETA 1m45s at this run's rate.
+    assert lines[2] == ("[2/5] a: verified, speedup not measured (35.0s); running 1, queued 2, ETA 1m45s")
+    assert lines[3].startswith("eval: done 2/5 (1 verified, 0 failed), running 1, queued 2, elapsed 1m06s")
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\r" not in text and "[/" not in text  # no escapes, no rich markup
 
 
 def test_module_entry_and_report_rebuild(tmp_path: Path, fake_env: Path) -> None:
