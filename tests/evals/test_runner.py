@@ -69,7 +69,9 @@ def test_smoke_suite_with_fake_optimize(
         assert (out / f).exists()
     m = json.loads((out / "metrics.json").read_text())
     assert m["overall"]["verified"]["count"] == 4
+    assert m["overall"]["fast_p"]["vs_eager"]["0.0"] == pytest.approx(4 / 5)  # fast_0: correctness
     assert m["overall"]["fast_p"]["vs_eager"]["1.0"] is None  # not measured, not invented
+    assert m["measured_on"].startswith("CPU") and m["plots"]["speedup_per_task.png"] is None
     assert "not measured" in (out / "report.md").read_text()
     printed = capsys.readouterr().out  # not a TTY: one line per finished task
     assert printed.count("] smoke__") == 5 and "[5/5]" in printed
@@ -166,7 +168,12 @@ def test_timed_report_and_plots(tmp_path: Path, fake_env: Path, monkeypatch: pyt
     rows = rows_of(out)
     timed = [r for r in rows if r["verified"]]
     assert all(r["speedup_vs_eager"] == pytest.approx(r["eager_ms"] / r["candidate_ms"]) for r in timed)
-    for png in ("speedup_vs_eager.png", "speedup_vs_compile.png", "per_family.png", "stage_waterfall.png"):
+    assert all(r["candidate_p20_ms"] < r["candidate_ms"] < r["candidate_p80_ms"] for r in timed)
+    assert all(r["dtype"] == "float32" for r in timed)
+    # Job phases from the log's tool.evaluate line, model/tool seconds from the report's usage.
+    assert all(r["phases"] == {"check": 1.5, "compile": 0.5, "startup": 2.0, "wait": 0.75, "model": 0.1}
+               for r in timed)  # fmt: skip
+    for png in ("speedup_per_task.png", "fast_p.png", "per_family.png", "stage_waterfall.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
     m = json.loads((out / "metrics.json").read_text())
@@ -175,9 +182,13 @@ def test_timed_report_and_plots(tmp_path: Path, fake_env: Path, monkeypatch: pyt
     assert m["overall"]["fast_p"]["vs_eager"]["0.0"] == pytest.approx(4 / 5)
     assert m["overall"]["fast_p"]["vs_eager"]["1.0"] == pytest.approx(sum(s > 1 for s in spd) / 5)
     html = (out / "report.html").read_text()
+    # The fake rows carry no GPU name: the roofline has no peak to draw against.
+    assert m["plots"]["roofline.png"] is None and not (out / "roofline.png").exists()
+    assert m["phases"]["startup"] == {"total": 8.0, "median": 2.0, "tasks": 4}
     assert "<table>" in html and html.count("data:image/png;base64,") == 4
     md = (out / "report.md").read_text()
-    assert "![speedup_vs_eager.png](speedup_vs_eager.png)" in md
+    assert "![speedup_per_task.png](speedup_per_task.png)" in md
+    assert "| startup | 8.0 | 2.0 | 4 |" in md
 
 
 def test_torn_last_line_is_dropped(tmp_path: Path) -> None:
