@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eval_helpers import REPO
 
 from evals.phases import job_phases, task_phases
 from evals.report import _spread, run_caption, write_report
@@ -143,3 +145,19 @@ def test_level_from_header_kernelbench_directory_or_suite(tmp_path: Path) -> Non
     (d / "1_matmul.py").write_text(body)
     (t,) = discover([str(d)])
     assert (t.id, t.level) == ("level_1__1_matmul", "level1")  # ids keep the directory as written
+
+
+_LINK_RE = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_results_pages_contain_every_file_they_link() -> None:
+    pages = sorted((REPO / "docs" / "results").rglob("*.md"))
+    assert pages
+    dead = []
+    for page in pages:
+        for target in _LINK_RE.findall(page.read_text()):
+            if "://" in target or target.startswith("#"):
+                continue
+            if not (page.parent / target.split("#")[0]).exists():
+                dead.append(f"{page.relative_to(REPO)} -> {target}")
+    assert not dead, dead
