@@ -289,10 +289,16 @@ class _LLMRole:
             self._chats[temperature] = self.chat.model_copy(update={"temperature": temperature})
         return self._chats[temperature]
 
-    def _system(self) -> tuple[str, list[P.PromptTemplate]]:
+    def _system(self, device: str) -> tuple[str, list[P.PromptTemplate]]:
         role_t = P.load_template(f"common/role_{self.role}")
         sys_t = P.load_template("common/system")
-        text = sys_t.render({"role_block": role_t.render({}), "policy_rule": P.POLICY_RULES[self.cfg.policy]})
+        text = sys_t.render(
+            {
+                "role_block": role_t.render({}),
+                "policy_rule": P.POLICY_RULES[self.cfg.policy],
+                "target": P.fmt_target(device),
+            }
+        )
         return text, [sys_t, role_t]
 
     def _unavailable(self, e: BaseException, attempts: int) -> ModelUnavailableError:
@@ -484,7 +490,7 @@ class LLMCode(_LLMRole):
 
     def render(self, req: CodeRequest) -> tuple[str, str, dict[str, str]]:
         """(system, user, prompt ref) for a request: also used by tests and `egg` to show prompts."""
-        system, sys_parts = self._system()
+        system, sys_parts = self._system(req.desc.device)
         mode_t = P.load_template(f"common/mode_{req.mode}")
         mode_vars: dict[str, Any] = {"iteration": req.iteration}
         if req.mode == "seed":
@@ -595,7 +601,7 @@ class LLMProfiler(_LLMRole):
     schema = json_schema_of(ProfilerReply, "ProfilerAdvice")
 
     def render(self, req: ProfilerRequest) -> tuple[str, str, dict[str, str]]:
-        system, parts = self._system()
+        system, parts = self._system(req.desc.device)
         t = P.load_template(f"{req.stage.name}/profiler")
         user = t.render(
             {
@@ -644,7 +650,7 @@ class LLMDebugger(_LLMRole):
     schema = json_schema_of(DebuggerReply, "Diagnosis")
 
     def render(self, req: DebuggerRequest) -> tuple[str, str, dict[str, str]]:
-        system, parts = self._system()
+        system, parts = self._system(req.desc.device)
         t = P.load_template(f"{req.stage.name}/debugger")
         a = req.attempt
         user = t.render(

@@ -16,6 +16,12 @@ Rendering is strict: a missing variable raises `PromptError` naming it, and at l
 inputs must equal the body's placeholders. Prompts carry only summaries (the last K attempts as one
 line each, earlier stages' decisions as one line each), never earlier transcripts, so a call's size
 stays flat across iterations.
+
+Prompts are steady: measured values (times, errors, rates) are printed to 3 significant digits, in
+the structured fields and in the free text of notes, evidence and check reasons alike, so a re-run
+of a thread whose values differ only in low-order digits (thread counts, reduction order) renders
+byte-identical requests and `egg replay --llm recorded` matches every recorded call. A value that
+moved by more than that (a GPU timing's noise) still changes the request, and replay says so.
 """
 
 from __future__ import annotations
@@ -158,6 +164,61 @@ POLICY_RULES = {
 }
 
 
+# A decimal number in free text ("0.14849600195884705", "3.1e-2", "1.3527ms"); not part of a
+# version ("3.6.0"), an identifier ("sm_90", "v1.2") or an integer.
+_DECIMAL_RE = re.compile(r"(?<![\w.])(\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)(?![.\d])")
+
+
+def num(x: float | None, digits: int = 3) -> str:
+    """A measured value to `digits` significant digits, printed without a needless exponent."""
+    if x is None:
+        return "n/a"
+    return f"{float(f'{x:.{digits}g}'):g}"
+
+
+def _steady_number(m: re.Match[str]) -> str:
+    written = m.group(1)
+    mantissa = re.split("[eE]", written)[0].replace(".", "").lstrip("0")
+    return written if len(mantissa) <= 3 else num(float(written))
+
+
+def steady(text: str | None) -> str:
+    """Free text with every decimal number of more than 3 significant digits rounded as `num` does
+    (see the module docstring); shorter numbers stay as written."""
+    return _DECIMAL_RE.sub(_steady_number, text or "")
+
+
+def fmt_target(device: str) -> str:
+    """What the system prompt says about the hardware: the run's device, never a GPU it lacks."""
+    if device == "cuda":
+        return (
+            "an NVIDIA GPU. Candidates are compiled for sm_90 (Hopper: 64K 32-bit registers and up to "
+            "227 KB shared memory per SM), checked and timed on this GPU; its name and peak bandwidth "
+            "and FLOP/s are given with each measured timing."
+        )
+    return (
+        "no GPU in this run. Candidates are compiled for sm_90 (Hopper, e.g. H100/H200) and checked "
+        "with the Triton interpreter on the CPU; nothing is timed, so correctness decides and no "
+        "speedup is known. Still write the kernel you would run on the GPU."
+    )
+
+
+def fmt_gpu(timing: Any) -> str:
+    """The GPU a timing was measured on, with its peak numbers, or "" when not timed on a GPU."""
+    from tools.toolbox import peaks_for
+
+    gpu = timing.env.gpu if timing is not None and timing.measured and timing.env else None
+    if not gpu:
+        return ""
+    pk = peaks_for(gpu)
+    if pk is None:
+        return f"measured on {gpu} (peak unknown)"
+    return (
+        f"measured on {gpu} (peaks {pk['gbps']:g} GB/s HBM; {pk['tflops_fp32']:g} fp32 / "
+        f"{pk['tflops_tf32']:g} TF32 / {pk['tflops_bf16']:g} bf16 TFLOP/s)"
+    )
+
+
 def fmt_tensor(t: Any) -> str:
     if hasattr(t, "shape"):
         return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
@@ -192,13 +253,15 @@ def fmt_timing_of(best: BestKernel | None) -> str:
     if best is None or best.timing is None or not best.timing.measured:
         return "not timed (CPU run or not yet measured)"
     t = best.timing
-    s = f"{t.candidate_ms:.4f} ms"
+    s = f"{num(t.candidate_ms)} ms"
     if t.speedup_vs_eager:
         s += f", {t.speedup_vs_eager:.2f}x vs eager"
     if t.speedup_vs_compile:
         s += f", {t.speedup_vs_compile:.2f}x vs torch.compile"
     if t.noise is not None:
-        s += f", noise {t.noise:.1%}"
+        s += f", noise {t.noise:.0%}"
+    if gpu := fmt_gpu(t):
+        s += f", {gpu}"
     return s
 
 
@@ -208,7 +271,7 @@ def fmt_best(best: BestKernel | None) -> str:
     c = best.candidate
     head = (
         f"id {c.id}, origin {c.origin}, params {c.params or {}}; verified "
-        f"(max abs err {best.check.max_abs_err if best.check.max_abs_err is not None else 'n/a'}); "
+        f"(max abs err {num(best.check.max_abs_err)}); "
         f"time: {fmt_timing_of(best)}"
     )
     if best.profile is not None and best.profile.bottleneck != "unknown":
@@ -222,7 +285,7 @@ def fmt_decision(d: StageDecision) -> str:
     sp = ""
     if d.speedup_entry is not None or d.speedup_exit is not None:
         sp = f" [{d.speedup_entry or 0:.2f}x -> {d.speedup_exit or 0:.2f}x]"
-    return clip(f"- {d.stage}: {d.outcome}; changed {d.changed}; why: {d.why}{sp}", 300)
+    return clip(steady(f"- {d.stage}: {d.outcome}; changed {d.changed}; why: {d.why}") + sp, 300)
 
 
 def fmt_decisions(ds: list[StageDecision]) -> str:
@@ -233,12 +296,12 @@ def fmt_summary(s: AttemptSummary) -> str:
     bits = [f"- {s.candidate_id} {s.origin}"]
     if s.params:
         bits.append(clip(repr(s.params), 120))
-    bits.append(f"-> {s.outcome}")
+    bits.append(f"-> {steady(s.outcome)}")
     if s.speedup_vs_eager is not None:
         bits.append(f"({s.speedup_vs_eager:.2f}x eager)")
     line = " ".join(bits)
     if s.note:
-        line += " | " + clip(s.note.replace("\n", " "), 200)
+        line += " | " + clip(steady(s.note.replace("\n", " ")), 200)
     return line
 
 
@@ -252,13 +315,13 @@ def fmt_advice(a: ProfilerAdvice | None) -> str:
     if a is None:
         return "(none)"
     ev = "; ".join(a.evidence[:5])
-    return clip(f"bottleneck {a.bottleneck} ({a.source}); evidence: {ev}; plan: {a.plan}", 900)
+    return clip(steady(f"bottleneck {a.bottleneck} ({a.source}); evidence: {ev}; plan: {a.plan}"), 900)
 
 
 def fmt_diagnosis(d: Diagnosis | None) -> str:
     if d is None:
         return "(none)"
-    return clip(f"rule {d.rule} ({d.source}): {d.diagnosis}\nfix plan: {d.fix_plan}", 1200)
+    return clip(steady(f"rule {d.rule} ({d.source}): {d.diagnosis}\nfix plan: {d.fix_plan}"), 1200)
 
 
 def failure_text(a: Attempt) -> str:
@@ -268,10 +331,10 @@ def failure_text(a: Attempt) -> str:
     if a.check is not None and not a.check.accepted:
         errs = ""
         if a.check.max_abs_err is not None:
-            errs = f" (max abs err {a.check.max_abs_err:.3g}, max rel err {a.check.max_rel_err or 0:.3g})"
-        return clip("check rejected" + errs + ": " + "; ".join(a.check.reasons), 1500)
+            errs = f" (max abs err {num(a.check.max_abs_err)}, max rel err {num(a.check.max_rel_err or 0)})"
+        return clip("check rejected" + errs + ": " + steady("; ".join(a.check.reasons)), 1500)
     if a.timing is not None and not a.timing.measured and a.timing.reason:
-        return clip(f"timing failed: {a.timing.reason}", 800)
+        return clip(f"timing failed: {steady(a.timing.reason)}", 800)
     return f"outcome {a.outcome}"
 
 
@@ -286,13 +349,13 @@ def failure_rule(a: Attempt) -> str:
 def fmt_profile(p: ProfileReport, a: Attempt) -> str:
     lines = [f"- roofline bottleneck estimate: {p.bottleneck}"]
     if p.achieved_gbps is not None:
-        lines.append(f"- achieved {p.achieved_gbps:.1f} GB/s")
+        lines.append(f"- achieved {num(p.achieved_gbps)} GB/s")
     if p.achieved_tflops is not None:
-        lines.append(f"- achieved {p.achieved_tflops:.2f} TFLOP/s")
+        lines.append(f"- achieved {num(p.achieved_tflops)} TFLOP/s")
     if p.roofline_fraction is not None:
-        lines.append(f"- {p.roofline_fraction:.1%} of the roofline bound")
+        lines.append(f"- {p.roofline_fraction:.0%} of the roofline bound")
     for e in p.evidence[:6]:
-        lines.append(f"- {clip(e, 200)}")
+        lines.append(f"- {clip(steady(e), 200)}")
     if p.ncu:
         lines.append("- ncu: " + clip(", ".join(f"{k}={v}" for k, v in list(p.ncu.items())[:12]), 500))
     elif p.ncu_skipped:
@@ -306,11 +369,13 @@ def fmt_profile(p: ProfileReport, a: Attempt) -> str:
     if a.timing is not None and a.timing.measured:
         t = a.timing
         lines.append(
-            f"- time {t.candidate_ms:.4f} ms (p20 {t.candidate_p20_ms}, p80 {t.candidate_p80_ms}), eager "
-            f"{t.eager_ms} ms, torch.compile {t.compile_ms} ms, launches {t.candidate_launches}"
+            f"- time {num(t.candidate_ms)} ms (p20 {num(t.candidate_p20_ms)}, p80 {num(t.candidate_p80_ms)}), "
+            f"eager {num(t.eager_ms)} ms, torch.compile {num(t.compile_ms)} ms, launches {t.candidate_launches}"
         )
+        if gpu := fmt_gpu(t):
+            lines.append(f"- {gpu}")
     elif a.timing is not None:
-        lines.append(f"- not timed: {clip(a.timing.reason, 150)}")
+        lines.append(f"- not timed: {clip(steady(a.timing.reason), 150)}")
     return "\n".join(lines)
 
 

@@ -95,7 +95,7 @@ def test_cli_always_500_exits_1_naming_the_endpoint(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cli_full_run_then_offline_replay_reproduces_decisions(tmp_path: Path) -> None:
     """All four stages (the tiling stage sweeps EGG_TUNABLES), then `egg replay --llm recorded` with the
-    server stopped: the replayed stage reaches the same decision."""
+    server stopped: the replayed stage sends byte-identical requests and reaches the same decision."""
     with FakeOpenAI("fixed", reply=KERNEL_REPLY) as srv:
         p, report = _optimize(srv, tmp_path, "--seeds", "2")
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -105,6 +105,8 @@ def test_cli_full_run_then_offline_replay_reproduces_decisions(tmp_path: Path) -
         p2 = _egg(dead, tmp_path, "replay", "t1", "--llm", "recorded", "--out", str(replay_out))
         assert dead.requests == []
     assert p2.returncode == 0, p2.stdout[-3000:] + p2.stderr[-3000:]
+    # The re-run renders the very requests that were recorded: every reply is matched by hash.
+    assert "replay request mismatch" not in p2.stdout + p2.stderr
     replayed = json.loads((replay_out / "report.json").read_text())
     key = lambda d: (d["stage"], d["outcome"], d["changed"])  # noqa: E731
     assert [key(d) for d in replayed["stages"]] == [key(d) for d in report["stages"]]
