@@ -93,7 +93,7 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
         sizes = desc.sizes_used if desc else {}
         return f"prepare: loaded {upd['task'].name}, {len(desc.op_graph) if desc else 0} ops, sizes {sizes}"
     if node == "code" and cur is not None:
-        return f"{where}: wrote {cur.candidate.id} ({cur.candidate.origin})"
+        return f"{where}: wrote {cur.candidate.id} ({cur.candidate.mode}: {cur.candidate.origin})"
     if node in ("compile", "check", "time") and cur is not None:
         if node == "compile":
             c = cur.compile
@@ -278,9 +278,7 @@ def optimize(
         )
     try:
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
-        values = run_graph(
-            compiled, {"task": spec, "settings": settings.to_dict()}, config, settings, quiet=quiet
-        )
+        values = run_graph(compiled, {"task": spec, "out_dir": str(out_dir)}, config, settings, quiet=quiet)
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from graph.records import Device, Policy
+
 STAGE_NAMES = ("algorithm", "mapping", "tiling", "memory")
 
 
@@ -33,12 +35,12 @@ class Context:
     debugger_model: str = field(
         default="expert", metadata=_doc("model of the debugger role", "EGG_DEBUGGER_MODEL")
     )
-    device: str = field(
+    device: Device = field(
         default="cpu",
         metadata=_doc("`cpu` (Triton interpreter, reduced sizes, no timing) or `cuda`", "EGG_DEVICE"),
     )
     seeds: int = field(default=4, metadata=_doc("algorithm seeds explored in parallel", "EGG_SEEDS"))
-    policy: str = field(
+    policy: Policy = field(
         default="mixed", metadata=_doc("PyTorch-compute policy: `strict` or `mixed`", "EGG_POLICY")
     )
     tolerance: float | None = field(
@@ -97,27 +99,28 @@ class Context:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Context:
-        kinds = {f.name: f for f in fields(cls)}
-        clean: dict[str, Any] = {}
-        for k, v in data.items():
-            if k not in kinds:
-                continue
-            default = kinds[k].default
+        """Settings from a dict (a recorded thread, Studio's context form); unknown keys are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def __post_init__(self) -> None:
+        # Values may come as text (environment) or JSON (a checkpoint, a server's context
+        # form): coerce them to the declared types once, here, then validate.
+        for f in fields(self):
+            v = getattr(self, f.name)
             if v is None:
-                clean[k] = None
-            elif k == "stages":
-                clean[k] = tuple(s.strip() for s in (v.split(",") if isinstance(v, str) else v) if s.strip())
-            elif isinstance(default, bool):
-                clean[k] = str(v).lower() in ("1", "true", "yes") if isinstance(v, str) else bool(v)
-            elif isinstance(default, int) or k in ("run_tokens", "stage_tokens"):
-                clean[k] = int(v)
-            elif isinstance(default, float) or k in ("tolerance", "run_seconds"):
-                clean[k] = float(v)
-            else:
-                clean[k] = v
-        ctx = cls(**clean)
-        ctx.validate()
-        return ctx
+                continue
+            if f.name == "stages":
+                items = v.split(",") if isinstance(v, str) else v
+                v = tuple(s.strip() for s in items if s.strip())
+            elif isinstance(f.default, bool):
+                v = v.lower() in ("1", "true", "yes") if isinstance(v, str) else bool(v)
+            elif isinstance(f.default, int) or f.name in ("run_tokens", "stage_tokens"):
+                v = int(v)
+            elif isinstance(f.default, float) or f.name in ("tolerance", "run_seconds"):
+                v = float(v)
+            object.__setattr__(self, f.name, v)
+        self.validate()
 
     def validate(self) -> None:
         bad = [s for s in self.stages if s not in STAGE_NAMES]

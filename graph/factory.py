@@ -11,6 +11,8 @@ keeps tuning with the remaining budget, one profiled step at a time.
 
 from __future__ import annotations
 
+import time
+
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
@@ -23,7 +25,7 @@ from graph.routing import (
     route_after_start,
 )
 from graph.stages import StageSpec
-from graph.state import SeedInput, SeedOutput, StageInput, StageOutput, StageState
+from graph.state import SeedInput, SeedOutput, StageInput, StageOutput, StageState, StageUpdate
 from nodes.boundary import make_boundary_node, make_seed_done_node, make_select_node, make_start_node
 from nodes.code import make_code_node
 from nodes.debugger import make_debug_node
@@ -52,20 +54,22 @@ def _add_attempt_loop(g: StateGraph, spec: StageSpec, deps: Deps, finish: str) -
     g.add_conditional_edges("decide", route_after_decide, {"code": "code", "finish": finish})
 
 
+def seed_start(state: StageState) -> StageUpdate:
+    """A branch starts its own attempt loop: one proposal of the branch's mode, then its fixes."""
+    return {
+        "iteration": 0,
+        "fixes": 0,
+        "exhausted": False,
+        "mode": state.get("mode") or "seed",
+        "branch": True,
+    }
+
+
 def build_seed_graph(spec: StageSpec, deps: Deps) -> StateGraph:
     """One parallel branch (an algorithm seed, or a tuning variant of the entry kernel): write it,
     verify it, time it, repair it within the fix budget."""
     g = StateGraph(StageState, context_schema=Context, input_schema=SeedInput, output_schema=SeedOutput)
-    g.add_node(
-        "seed_start",
-        lambda s: {
-            "iteration": 0,
-            "fixes": 0,
-            "exhausted": False,
-            "mode": s.get("mode") or "seed",
-            "branch": True,
-        },
-    )
+    g.add_node("seed_start", seed_start)
     g.add_node("seed_done", make_seed_done_node())
     _add_attempt_loop(g, spec, deps, finish="seed_done")
     g.add_edge(START, "seed_start")
@@ -74,17 +78,28 @@ def build_seed_graph(spec: StageSpec, deps: Deps) -> StateGraph:
     return g
 
 
-def fan_out_seeds(state: dict) -> list[Send] | str:
+def fan_out_seeds(state: StageState) -> list[Send] | str:
     """Explore: one branch per algorithm seed. Tune: the first round's variants of the entry
     kernel, all proposed from its profile and evaluated in parallel (timing stays exclusive)."""
     if state.get("exhausted"):
         return "boundary"
     n = int(state.get("n_seeds") or 1)
     mode = state.get("mode") or "seed"
-    shared = {k: state.get(k) for k in ("task", "settings", "started_at", "desc", "decisions")}
-    if mode == "tune":
-        shared.update(entry=state.get("entry"), advice=state.get("advice"))
-    return [Send("seed", {**shared, "seed_index": i, "n_seeds": n, "mode": mode}) for i in range(n)]
+    branches: list[Send] = []
+    for i in range(n):
+        arg: SeedInput = {
+            "task": state["task"],
+            "started_at": state.get("started_at") or time.time(),
+            "desc": state.get("desc"),
+            "decisions": state.get("decisions") or [],
+            "seed_index": i,
+            "n_seeds": n,
+            "mode": mode,
+        }
+        if mode == "tune":
+            arg.update(entry=state.get("entry"), advice=state.get("advice"))
+        branches.append(Send("seed", arg))
+    return branches
 
 
 def build_stage_graph(spec: StageSpec, deps: Deps) -> StateGraph:

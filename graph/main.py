@@ -15,7 +15,7 @@ from graph.context import Context
 from graph.factory import build_stage_graph
 from graph.routing import next_after_stage, route_after_prepare
 from graph.stages import STAGE_ORDER, STAGES
-from graph.state import EggInput, EggState
+from graph.state import EggInput, EggOutput, EggState
 from nodes.deps import Deps
 from nodes.lifecycle import make_finalize_node, make_prepare_node
 
@@ -38,7 +38,7 @@ def default_deps(
 
 
 def build_graph(deps: Deps) -> StateGraph:
-    g = StateGraph(EggState, context_schema=Context, input_schema=EggInput)
+    g = StateGraph(EggState, context_schema=Context, input_schema=EggInput, output_schema=EggOutput)
     g.add_node("prepare", make_prepare_node(deps))
     for name in STAGE_ORDER:
         g.add_node(name, build_stage_graph(STAGES[name], deps).compile())

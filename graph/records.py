@@ -14,6 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 Device = Literal["cpu", "cuda"]
 Role = Literal["code", "profiler", "debugger"]
 Policy = Literal["strict", "mixed"]
+# What the code role is asked for: a new algorithm (seed), a refinement of the best one, a tuning
+# step, or the repair of a failed attempt.
+CodeMode = Literal["seed", "refine", "tune", "fix"]
+# The mode of a stage's attempt loop (a repair is a step inside it, not a mode of the loop).
+LoopMode = Literal["seed", "refine", "tune"]
+# Where a run stands; "interrupted" is never stored: `egg threads` derives it from a dead owner.
+RunStatus = Literal["running", "verified", "no_kernel", "bad_input"]
 
 
 class Record(BaseModel):
@@ -108,7 +115,13 @@ class Candidate(Record):
     id: str
     source: str  # the whole candidate file (defines ModelNew)
     stage: str
-    origin: str  # "seed:<name>", "refine:<change>", "tune:<param>=<value>", "fix:<rule>", ...
+    origin: str  # the model's own label for the change (e.g. "tune:BLOCK_K=64"); never parsed
+    # What the code role was asked for when it wrote this candidate. The code node always sets
+    # it; the default only serves records built by hand (tests, checkpoints older than the field).
+    mode: CodeMode = "seed"
+    # The parallel branch that wrote it (algorithm seed or variant of a tuning round), None for
+    # a step of the sequential loop.
+    branch: int | None = None
     family: str | None = None
     algorithm: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)  # tunables baked into the source

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from graph.stages import STAGE_ORDER
+from graph.state import EggState, StageState
 
 
-def route_after_start(state: dict[str, Any]) -> str:
+def route_after_start(state: StageState) -> str:
     return "boundary" if state.get("exhausted") else "code"
 
 
-def route_after_code(state: dict[str, Any]) -> str:
+def route_after_code(state: StageState) -> str:
     att = state.get("current")
     if state.get("exhausted") or att is None:
         return "finish"
@@ -20,28 +21,30 @@ def route_after_code(state: dict[str, Any]) -> str:
     return "compile"
 
 
-def route_after_compile(state: dict[str, Any]) -> str:
-    return "check" if state["current"].compile.ok else "debug"
+def route_after_compile(state: StageState) -> str:
+    att = state["current"]
+    return "check" if att is not None and att.compile is not None and att.compile.ok else "debug"
 
 
-def route_after_check(state: dict[str, Any]) -> str:
-    return "time" if state["current"].check.accepted else "debug"
+def route_after_check(state: StageState) -> str:
+    att = state["current"]
+    return "time" if att is not None and att.check is not None and att.check.accepted else "debug"
 
 
-def route_after_decide(state: dict[str, Any]) -> str:
+def route_after_decide(state: StageState) -> str:
     return "finish" if state.get("exhausted") or state.get("halt") else "code"
 
 
-def route_after_prepare(state: dict[str, Any]) -> str:
+def route_after_prepare(state: EggState) -> str:
     return "finalize" if state.get("status") == "bad_input" else STAGE_ORDER[0]
 
 
-def next_after_stage(stage: str):
+def next_after_stage(stage: str) -> Callable[[EggState], str]:
     """After a stage: the next stage, or finalize when the run cannot usefully go on."""
     i = STAGE_ORDER.index(stage)
     nxt = STAGE_ORDER[i + 1] if i + 1 < len(STAGE_ORDER) else "finalize"
 
-    def route(state: dict[str, Any]) -> str:
+    def route(state: EggState) -> str:
         if state.get("halt") or state.get("best") is None:
             return "finalize"
         return nxt

@@ -6,19 +6,22 @@ the stage (attempts, advice, transcripts) reaches the parent graph or a later st
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from langgraph.runtime import Runtime
+
+from graph.context import Context
 from graph.records import Attempt, BestKernel, ProfilerAdvice, StageDecision
 from graph.reducers import beats, not_worth_tuning
 from graph.stages import StageSpec
+from graph.state import StageState, StageUpdate
 from nodes.common import best_of, log, settings_of
 from nodes.profiler import deterministic_advice
 
 
 def make_start_node(spec: StageSpec):
-    def start(state: dict[str, Any]) -> dict[str, Any]:
-        settings = settings_of(state)
+    def start(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        settings = settings_of(runtime)
         entry = state.get("best")
         # A tuning stage whose entry kernel is already at the roofline cannot produce a change
         # that beats it beyond noise: it is skipped, and says so.
@@ -60,20 +63,19 @@ def _advice_on(best: BestKernel | None) -> ProfilerAdvice | None:
     return deterministic_advice(best.profile) if best is not None and best.profile is not None else None
 
 
-def _branch_results(state: dict[str, Any]) -> list[Attempt]:
+def _branch_order(a: Attempt) -> tuple[int, str]:
+    return (a.candidate.branch or 0, a.candidate.id)
+
+
+def _branch_results(state: StageState) -> list[Attempt]:
     """The parallel branches' attempts, in branch order."""
-    return sorted(state.get("seed_results") or [], key=lambda a: (_seed_index(a), a.candidate.id))
-
-
-def _seed_index(a: Attempt) -> int:
-    m = re.search(r"\.(?:seed|tune)(\d+)\.", a.candidate.id)
-    return int(m.group(1)) if m else 0
+    return sorted(state.get("seed_results") or [], key=_branch_order)
 
 
 def select_seed(results: list[Attempt]) -> BestKernel | None:
     """The best verified seed: the first in seed order, replaced only by one measurably faster."""
     chosen: BestKernel | None = None
-    for a in sorted(results, key=lambda a: (_seed_index(a), a.candidate.id)):
+    for a in sorted(results, key=_branch_order):
         if not a.verified:
             continue
         if chosen is None or beats(a.timing, chosen.timing):
@@ -86,14 +88,14 @@ def select_variant(entry: BestKernel, results: list[Attempt]) -> BestKernel | No
     better = [a for a in results if a.verified and beats(a.timing, entry.timing)]
     if not better:
         return None
-    return best_of(min(better, key=lambda a: (a.timing.candidate_ms, _seed_index(a))))
+    return best_of(min(better, key=lambda a: (a.timing.candidate_ms, *_branch_order(a))))  # type: ignore[union-attr]
 
 
 def make_select_node(spec: StageSpec):
     if spec.kind == "tune":
         return _make_tune_select_node(spec)
 
-    def select(state: dict[str, Any]) -> dict[str, Any]:
+    def select(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         results = _branch_results(state)
         chosen = select_seed(results)
         log.info(
@@ -106,19 +108,20 @@ def make_select_node(spec: StageSpec):
             "iteration": 0,
             "fixes": 0,
             "advice": None,
-            "exhausted": chosen is None or settings_of(state).budget_for(spec.name) <= 0,
+            "exhausted": chosen is None or settings_of(runtime).budget_for(spec.name) <= 0,
         }
 
     return select
 
 
 def _make_tune_select_node(spec: StageSpec):
-    def select(state: dict[str, Any]) -> dict[str, Any]:
-        settings = settings_of(state)
+    def select(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        settings = settings_of(runtime)
         results = _branch_results(state)
         entry = state["entry"]
+        assert entry is not None, "a tuning stage runs only with a kernel to tune"
         chosen = select_variant(entry, results)
-        proposed = sum(1 for a in results if a.candidate.origin.startswith("tune"))
+        proposed = sum(1 for a in results if a.candidate.mode == "tune")
         # Fewer variants than asked for: the code model has nothing further for this stage.
         exhausted = proposed < int(state.get("n_seeds") or 1) or proposed >= settings.budget_for(spec.name)
         log.info(
@@ -128,7 +131,7 @@ def _make_tune_select_node(spec: StageSpec):
             chosen=chosen.candidate.id if chosen else None,
             exhausted=exhausted,
         )
-        update: dict[str, Any] = {
+        update: StageUpdate = {
             "attempts": results,
             "mode": "tune",
             "iteration": len(results),
@@ -172,9 +175,8 @@ def _param_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(parts) or "source only"
 
 
-def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision, str | None]:
+def decide_stage(spec: StageSpec, state: StageState, settings: Context) -> tuple[StageDecision, str | None]:
     """The stage's final decision (and a failure message when the stage ends the run)."""
-    settings = settings_of(state)
     entry: BestKernel | None = state.get("entry")
     best: BestKernel | None = state.get("stage_best") or entry
     attempts: list[Attempt] = state.get("attempts") or []
@@ -265,8 +267,8 @@ def decide_stage(spec: StageSpec, state: dict[str, Any]) -> tuple[StageDecision,
 
 
 def make_boundary_node(spec: StageSpec):
-    def boundary(state: dict[str, Any]) -> dict[str, Any]:
-        decision, failure = decide_stage(spec, state)
+    def boundary(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        decision, failure = decide_stage(spec, state, settings_of(runtime))
         log.info(
             "stage.decision",
             stage=spec.name,
@@ -274,7 +276,7 @@ def make_boundary_node(spec: StageSpec):
             changed=decision.changed,
             why=decision.why[:200],
         )
-        update: dict[str, Any] = {"decisions": [decision], "failure": failure}
+        update: StageUpdate = {"decisions": [decision], "failure": failure}
         if state.get("stage_best") is not None:
             update["best"] = state["stage_best"]
         return update
@@ -283,7 +285,7 @@ def make_boundary_node(spec: StageSpec):
 
 
 def make_seed_done_node():
-    def seed_done(state: dict[str, Any]) -> dict[str, Any]:
+    def seed_done(state: StageState) -> StageUpdate:
         attempts: list[Attempt] = state.get("attempts") or []
         verified = [a for a in attempts if a.verified]
         keep = verified[-1:] or attempts[-1:]

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
 
-from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 
-from graph.records import Attempt, Candidate, CompileReport
+from graph.context import Context
+from graph.records import Attempt, Candidate, CodeMode, CompileReport
 from graph.reducers import usage_of
 from graph.stages import StageSpec
-from nodes.common import brief, incumbent, log, recent, settings_of
-from nodes.deps import Deps, thread_id
+from graph.state import StageState, StageUpdate
+from nodes.common import brief, incumbent, log, recent, settings_of, thread_of
+from nodes.deps import Deps
 from nodes.models import BudgetExceeded, CodeRequest, ModelFormatError, ModelUnavailableError
 
 
-def wants_fix(state: dict[str, Any], fix_budget: int) -> bool:
+def wants_fix(state: StageState, fix_budget: int) -> bool:
     last = (state.get("attempts") or [None])[-1]
     return (
         last is not None
@@ -28,8 +29,8 @@ def wants_fix(state: dict[str, Any], fix_budget: int) -> bool:
 
 
 def make_code_node(spec: StageSpec, deps: Deps):
-    def code(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        settings = settings_of(state)
+    def code(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        settings = settings_of(runtime)
         if state.get("halt"):
             return {"exhausted": True, "current": None}
         if settings.run_seconds and time.time() - state.get("started_at", time.time()) > settings.run_seconds:
@@ -40,12 +41,15 @@ def make_code_node(spec: StageSpec, deps: Deps):
             }
         base_mode = state.get("mode", "tune")
         fixing = wants_fix(state, settings.fix_budget)
+        mode: CodeMode = "fix" if fixing else base_mode
         last = (state.get("attempts") or [None])[-1]
+        desc = state["desc"]
+        assert desc is not None, "a stage runs only after prepare described the task"
         req = CodeRequest(
-            mode="fix" if fixing else base_mode,
+            mode=mode,
             stage=brief(spec),
             task=state["task"],
-            desc=state["desc"],
+            desc=desc,
             seed_index=state.get("seed_index", 0),
             n_seeds=state.get("n_seeds", 1),
             best=None if base_mode == "seed" else incumbent(state),
@@ -59,21 +63,23 @@ def make_code_node(spec: StageSpec, deps: Deps):
             policy=settings.policy,
         )
         # Parallel branches (seeds, tuning variants) carry their index, so ids never collide.
-        branch_index = state.get("seed_index", "") if base_mode == "seed" or state.get("branch") else ""
-        ident = f"{spec.name}.{base_mode}{branch_index}.{req.iteration}"
+        branch = state.get("seed_index", 0) if base_mode == "seed" or state.get("branch") else None
+        ident = f"{spec.name}.{base_mode}{'' if branch is None else branch}.{req.iteration}"
         t0 = time.perf_counter()
         try:
-            models = deps.models(settings, thread_id(config))
+            models = deps.models(settings, thread_of(runtime))
             reply = models.code.write(req)
         except (ModelUnavailableError, BudgetExceeded) as e:
             log.warning("code.halt", stage=spec.name, iteration=req.iteration, reason=str(e))
-            update = {"halt": str(e), "exhausted": True, "current": None}
+            update: StageUpdate = {"halt": str(e), "exhausted": True, "current": None}
             if getattr(e, "usage", None) is not None:
-                update["usage"] = usage_of(f"{spec.name}/code", e.usage)
+                update["usage"] = usage_of(f"{spec.name}/code", e.usage)  # type: ignore[attr-defined]
             return update
         except ModelFormatError as e:
             # The reply was unusable: a failed attempt, recorded like any other.
-            cand = Candidate(id=ident, source="", stage=spec.name, origin=f"{req.mode}:unusable-reply")
+            cand = Candidate(
+                id=ident, source="", stage=spec.name, mode=mode, branch=branch, origin="unusable-reply"
+            )
             att = Attempt(
                 candidate=cand,
                 compile=CompileReport(
@@ -82,7 +88,7 @@ def make_code_node(spec: StageSpec, deps: Deps):
             )
             log.warning("code.unusable_reply", stage=spec.name, iteration=req.iteration, error=str(e)[:200])
             spent = getattr(e, "usage", None)
-            update: dict[str, Any] = {"current": att}
+            update = {"current": att}
             if spent is not None:
                 update["usage"] = usage_of(f"{spec.name}/code", spent)
             return update
@@ -93,16 +99,16 @@ def make_code_node(spec: StageSpec, deps: Deps):
             log.info("code.unsupported", stage=spec.name, reason=reply.unsupported)
             return {"unsupported": reply.unsupported, "exhausted": True, "current": None, "usage": usage}
         if reply.source is None:
-            log.info("code.exhausted", stage=spec.name, mode=req.mode, iteration=req.iteration)
+            log.info("code.exhausted", stage=spec.name, mode=mode, iteration=req.iteration)
             return {"exhausted": True, "current": None, "usage": usage}
         digest = hashlib.sha256(reply.source.encode()).hexdigest()[:8]
         cand = Candidate(
             id=f"{ident}.{digest}",
             source=reply.source,
             stage=spec.name,
-            origin=reply.origin
-            if reply.origin.split(":", 1)[0] == req.mode
-            else f"{req.mode}:{reply.origin or 'step'}",
+            mode=mode,
+            branch=branch,
+            origin=reply.origin or "step",
             family=reply.family,
             algorithm=reply.algorithm,
             params=reply.params,
@@ -112,12 +118,12 @@ def make_code_node(spec: StageSpec, deps: Deps):
         log.info(
             "code",
             stage=spec.name,
-            mode=req.mode,
+            mode=mode,
             iteration=req.iteration,
             candidate=cand.id,
             origin=cand.origin,
         )
-        update: dict[str, Any] = {"current": Attempt(candidate=cand), "usage": usage}
+        update = {"current": Attempt(candidate=cand), "usage": usage}
         if not fixing:
             update["fixes"] = 0
         return update

@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import structlog
+from langgraph.runtime import Runtime
 
 from graph.context import Context
+from graph.logs import get_logger
 from graph.records import Attempt, BestKernel
 from graph.stages import StageSpec
+from graph.state import StageState
 from nodes.models import AttemptSummary, StageBrief
 
-log = structlog.get_logger("egg")
+log = get_logger("egg")
 
 
-def settings_of(state: dict[str, Any]) -> Context:
-    return Context.from_dict(state.get("settings") or {})
+def settings_of(runtime: Runtime[Context]) -> Context:
+    """The run's settings: the context the run was started with (defaults when it was given none)."""
+    ctx = runtime.context
+    if isinstance(ctx, Context):
+        return ctx
+    if ctx is None:
+        return Context()
+    if isinstance(ctx, dict):
+        return Context.from_dict(ctx)
+    raise TypeError(f"the run's context must be a graph.context.Context, not {type(ctx).__name__}")
+
+
+def thread_of(runtime: Runtime[Context]) -> str:
+    """The thread this node runs in ("adhoc" without a checkpointer): keys the models' records."""
+    info = runtime.execution_info
+    return (info.thread_id if info is not None else None) or "adhoc"
 
 
 def brief(spec: StageSpec) -> StageBrief:
@@ -29,11 +44,11 @@ def brief(spec: StageSpec) -> StageBrief:
     )
 
 
-def recent(state: dict[str, Any], k: int) -> list[AttemptSummary]:
+def recent(state: StageState, k: int) -> list[AttemptSummary]:
     return [AttemptSummary.of(a) for a in (state.get("attempts") or [])[-k:]]
 
 
-def incumbent(state: dict[str, Any]) -> BestKernel | None:
+def incumbent(state: StageState) -> BestKernel | None:
     return state.get("stage_best") or state.get("entry")
 
 

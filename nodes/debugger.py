@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 
+from graph.context import Context
 from graph.records import Attempt, Diagnosis
 from graph.reducers import usage_of
 from graph.stages import StageSpec
-from nodes.common import brief, log, recent, settings_of
-from nodes.deps import Deps, thread_id
+from graph.state import StageState, StageUpdate
+from nodes.common import brief, log, recent, settings_of, thread_of
+from nodes.deps import Deps
 from nodes.models import BudgetExceeded, DebuggerRequest, ModelFormatError, ModelUnavailableError
 
 
@@ -34,10 +35,11 @@ def deterministic_diagnosis(att: Attempt) -> Diagnosis:
 
 
 def make_debug_node(spec: StageSpec, deps: Deps):
-    def debug(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        att: Attempt = state["current"]
-        settings = settings_of(state)
-        update: dict[str, Any] = {"fixes": state.get("fixes", 0) + 1}
+    def debug(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        att = state["current"]
+        assert att is not None
+        settings = settings_of(runtime)
+        update: StageUpdate = {"fixes": state.get("fixes", 0) + 1}
         diagnosis = deterministic_diagnosis(att)
         if att.candidate.source:  # an unusable model reply has no code to debug
             req = DebuggerRequest(
@@ -45,7 +47,7 @@ def make_debug_node(spec: StageSpec, deps: Deps):
             )
             t0 = time.perf_counter()
             try:
-                diagnosis, usage = deps.models(settings, thread_id(config)).debugger.diagnose(req)
+                diagnosis, usage = deps.models(settings, thread_of(runtime)).debugger.diagnose(req)
                 update["usage"] = usage_of(
                     f"{spec.name}/debugger", usage.model_copy(update={"seconds": time.perf_counter() - t0})
                 )

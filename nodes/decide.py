@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from langgraph.runtime import Runtime
 
 from graph.context import Context
-from graph.records import Attempt
+from graph.records import Attempt, LoopMode, TimingReport
 from graph.reducers import beats
 from graph.stages import StageSpec
+from graph.state import StageState, StageUpdate
 from nodes.common import best_of, incumbent, log, settings_of
 
 
-def proposals(attempts: list[Attempt], mode: str) -> int:
+def proposals(attempts: list[Attempt], mode: LoopMode) -> int:
     """Attempts that were new proposals of this mode (repairs of a failed attempt are not counted)."""
-    return sum(1 for a in attempts if a.candidate.origin.split(":", 1)[0] == mode)
+    return sum(1 for a in attempts if a.candidate.mode == mode)
 
 
 def out_of_budget(
-    spec: StageSpec, mode: str, settings: Context, attempts: list[Attempt], fixes: int, branch: bool = False
+    spec: StageSpec,
+    mode: LoopMode,
+    settings: Context,
+    attempts: list[Attempt],
+    fixes: int,
+    branch: bool = False,
 ) -> bool:
     last = attempts[-1]
     fix_pending = not last.verified and bool(last.candidate.source) and 0 < fixes <= settings.fix_budget
@@ -30,12 +36,13 @@ def out_of_budget(
 
 
 def make_decide_node(spec: StageSpec):
-    def decide(state: dict[str, Any]) -> dict[str, Any]:
-        settings = settings_of(state)
-        att: Attempt = state["current"]
+    def decide(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        settings = settings_of(runtime)
+        att = state["current"]
+        assert att is not None
         mode = state.get("mode", "tune")
         iteration = state.get("iteration", 0) + 1
-        update: dict[str, Any] = {"attempts": [att], "iteration": iteration}
+        update: StageUpdate = {"attempts": [att], "iteration": iteration}
         verdict = "failed"
         if att.verified:
             update["fixes"] = 0
@@ -45,14 +52,14 @@ def make_decide_node(spec: StageSpec):
                 verdict = "first verified"
             elif beats(att.timing, inc.timing):
                 update["stage_best"] = best_of(att)
-                verdict = f"faster: {att.timing.candidate_ms:.4f} ms < {inc.timing.candidate_ms:.4f} ms"
+                verdict = f"faster: {_ms(att.timing)} < {_ms(inc.timing)}"
             elif att.timing is None or not att.timing.measured:
                 verdict = "verified, not timed: incumbent kept"
             else:
-                verdict = f"not faster beyond noise: {att.timing.candidate_ms:.4f} ms vs {_ms(inc)}"
+                verdict = f"not faster beyond noise: {_ms(att.timing)} vs {_ms(inc.timing)}"
         loop_attempts = [a for a in [*(state.get("attempts") or []), att] if a.candidate.stage == spec.name]
         if mode != "seed":
-            loop_attempts = [a for a in loop_attempts if not a.candidate.origin.startswith("seed")]
+            loop_attempts = [a for a in loop_attempts if a.candidate.mode != "seed"]
         fixes = update.get("fixes", state.get("fixes", 0))
         if out_of_budget(spec, mode, settings, loop_attempts, fixes, bool(state.get("branch"))):
             update["exhausted"] = True
@@ -69,8 +76,7 @@ def make_decide_node(spec: StageSpec):
     return decide
 
 
-def _ms(b) -> str:
-    t = b.timing
+def _ms(t: TimingReport | None) -> str:
     return (
         f"{t.candidate_ms:.4f} ms"
         if t is not None and t.measured and t.candidate_ms is not None

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-
 from graph.context import Context
 from nodes.models import ModelSet
 
@@ -28,7 +26,3 @@ class Deps:
             if key not in self._cache:
                 self._cache[key] = self.model_factory(settings, thread)
             return self._cache[key]
-
-
-def thread_id(config: RunnableConfig | None) -> str:
-    return str(((config or {}).get("configurable") or {}).get("thread_id") or "adhoc")

@@ -4,47 +4,84 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.records import TaskSpec
+from graph.state import EggState, EggUpdate
 from nodes.common import log, settings_of
 from nodes.deps import Deps
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """The first non-empty line of a message, cut to `limit` characters."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "").rstrip(" :")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def task_from_path(path: str, device: str = "cpu") -> TaskSpec:
+    """Read a task file without running it; raise BadTaskError (one line) when it cannot be a task.
+
+    What can be told from the text alone is told here (missing, not UTF-8, NUL bytes, a syntax
+    error); what needs the task to run (`get_inputs()` returning None, an exit at import) is told
+    by `describe`, in a sandbox worker.
+    """
+    from tools.errors import BadTaskError
+
     p = Path(path)
-    return TaskSpec(path=str(p), name=p.stem, source=p.read_text(), device=device)  # type: ignore[arg-type]
+    if not p.is_file():
+        raise BadTaskError(f"task file not found: {path}")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise BadTaskError(f"cannot read the task file {path}: {e.strerror or e}") from None
+    if b"\0" in raw:
+        raise BadTaskError(f"the task file {path} contains NUL bytes: not a Python source file")
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadTaskError(f"the task file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    try:
+        compile(source, str(p), "exec", dont_inherit=True)  # parses only; nothing runs
+    except SyntaxError as e:
+        raise BadTaskError(f"syntax error in {path} line {e.lineno}: {e.msg}") from None
+    return TaskSpec(path=str(p), name=p.stem, source=source, device=device)  # type: ignore[arg-type]
 
 
 def make_prepare_node(deps: Deps):
-    def prepare(state: dict[str, Any], runtime: Runtime[Context]) -> dict[str, Any]:
-        if state.get("settings"):
-            settings = settings_of(state)
-        else:
-            ctx = runtime.context if isinstance(runtime.context, Context) else Context()
-            settings = ctx
-        update: dict[str, Any] = {
+    def prepare(state: EggState, runtime: Runtime[Context]) -> EggUpdate:
+        settings = settings_of(runtime)
+        update: EggUpdate = {
             "settings": settings.to_dict(),
             "started_at": time.time(),
             "status": "running",
         }
+        from tools.errors import BadTaskError, ToolInfraError
+
         task = state.get("task")
         if task is None:
-            path = state.get("task_path")
-            if not path or not Path(path).is_file():
-                return {**update, "status": "bad_input", "failure": f"task file not found: {path!r}"}
-            task = task_from_path(path)
+            try:
+                task = task_from_path(state.get("task_path") or "")
+            except BadTaskError as e:
+                return {**update, "status": "bad_input", "failure": one_line(str(e))}
         task = task.model_copy(update={"device": settings.device})
-        from tools.errors import BadTaskError
-
         try:
             desc = deps.toolbox.describe(task, shrink=settings.device == "cpu")
         except BadTaskError as e:
-            log.warning("prepare.bad_input", task=task.name, error=str(e))
-            return {**update, "task": task, "status": "bad_input", "failure": str(e)}
+            log.debug("prepare.bad_input", task=task.name, error=str(e))
+            return {**update, "task": task, "status": "bad_input", "failure": one_line(str(e))}
+        except ToolInfraError as e:
+            # describe runs nothing but the task file itself: when its worker dies or comes back
+            # without a description (an exit at import, an exception while building inputs), the
+            # file is what failed. `egg check` reports the same files the same way.
+            log.debug("prepare.bad_input", task=task.name, error=str(e))
+            return {
+                **update,
+                "task": task,
+                "status": "bad_input",
+                "failure": f"loading the task failed: {one_line(str(e))}",
+            }
         overrides = {
             k: v for k, v in desc.sizes_used.items() if isinstance(v, int) and desc.constants.get(k) != v
         }
@@ -58,7 +95,7 @@ def make_prepare_node(deps: Deps):
 
 
 def make_finalize_node(deps: Deps):
-    def finalize(state: dict[str, Any]) -> dict[str, Any]:
+    def finalize(state: EggState) -> EggUpdate:
         if state.get("status") == "bad_input":
             return {"status": "bad_input"}
         best = state.get("best")

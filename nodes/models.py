@@ -6,14 +6,16 @@ turn the reply into state. A model never runs a kernel: it only writes source or
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph.records import (
     Attempt,
     BestKernel,
+    CodeMode,
     Diagnosis,
+    Policy,
     ProfilerAdvice,
     ProfileReport,
     RoleUsage,
@@ -21,8 +23,6 @@ from graph.records import (
     TaskDescription,
     TaskSpec,
 )
-
-CodeMode = Literal["seed", "refine", "tune", "fix"]
 
 
 class StageBrief(BaseModel):
@@ -44,6 +44,7 @@ class AttemptSummary(BaseModel):
 
     candidate_id: str
     origin: str
+    mode: CodeMode = "seed"  # as Candidate.mode (the default serves summaries built by hand)
     params: dict[str, Any] = Field(default_factory=dict)
     outcome: str
     candidate_ms: float | None = None
@@ -62,6 +63,7 @@ class AttemptSummary(BaseModel):
             note = a.compile.error[:300]
         return cls(
             candidate_id=a.candidate.id,
+            mode=a.candidate.mode,
             origin=a.candidate.origin,
             params=a.candidate.params,
             outcome=a.outcome,
@@ -92,7 +94,7 @@ class CodeRequest(BaseModel):
     decisions: list[StageDecision] = Field(default_factory=list)  # earlier stages' decisions
     iteration: int = 0
     # The PyTorch-compute policy the checker will apply ("strict" forbids library matmul/conv).
-    policy: str = "mixed"
+    policy: Policy = "mixed"
 
 
 class CodeReply(BaseModel):

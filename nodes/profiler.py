@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 
+from graph.context import Context
 from graph.records import ProfilerAdvice, ProfileReport
 from graph.reducers import usage_of
 from graph.stages import StageSpec
-from nodes.common import brief, incumbent, log, recent, settings_of
-from nodes.deps import Deps, thread_id
+from graph.state import StageState, StageUpdate
+from nodes.common import brief, incumbent, log, recent, settings_of, thread_of
+from nodes.deps import Deps
 from nodes.models import BudgetExceeded, ModelFormatError, ModelUnavailableError, ProfilerRequest
 
 
@@ -26,11 +27,12 @@ def deterministic_advice(profile: ProfileReport) -> ProfilerAdvice:
 
 
 def make_profile_node(spec: StageSpec, deps: Deps):
-    def profile(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+    def profile(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         att = state["current"]
-        settings = settings_of(state)
+        assert att is not None
+        settings = settings_of(runtime)
         report = deps.toolbox.profile(state["desc"], att.timing, att.compile)
-        update: dict[str, Any] = {}
+        update: StageUpdate = {}
         advice = deterministic_advice(report)
         # Without a measurement there is nothing for a model to reason about: skip the call.
         if att.timing is not None and att.timing.measured:
@@ -44,7 +46,7 @@ def make_profile_node(spec: StageSpec, deps: Deps):
             )
             t0 = time.perf_counter()
             try:
-                advice, usage = deps.models(settings, thread_id(config)).profiler.advise(req)
+                advice, usage = deps.models(settings, thread_of(runtime)).profiler.advise(req)
                 update["usage"] = usage_of(
                     f"{spec.name}/profiler", usage.model_copy(update={"seconds": time.perf_counter() - t0})
                 )

@@ -6,11 +6,13 @@ process through the toolbox; a kernel's failure comes back as a report in state.
 
 from __future__ import annotations
 
-from typing import Any
+from langgraph.runtime import Runtime
 
+from graph.context import Context
 from graph.records import RoleUsage
 from graph.reducers import usage_of
 from graph.stages import StageSpec
+from graph.state import StageState, StageUpdate
 from nodes.common import Stopwatch, log, settings_of
 from nodes.deps import Deps
 
@@ -20,9 +22,9 @@ def _tools_usage(spec: StageSpec, seconds: float):
 
 
 def make_compile_node(spec: StageSpec, deps: Deps):
-    def compile_(state: dict[str, Any]) -> dict[str, Any]:
+    def compile_(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         att = state["current"]
-        settings = settings_of(state)
+        settings = settings_of(runtime)
         with Stopwatch() as sw:
             report = deps.toolbox.compile(
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
@@ -45,9 +47,9 @@ def make_compile_node(spec: StageSpec, deps: Deps):
 
 
 def make_check_node(spec: StageSpec, deps: Deps):
-    def check(state: dict[str, Any]) -> dict[str, Any]:
+    def check(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         att = state["current"]
-        settings = settings_of(state)
+        settings = settings_of(runtime)
         with Stopwatch() as sw:
             report = deps.toolbox.check(
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
@@ -67,9 +69,9 @@ def make_check_node(spec: StageSpec, deps: Deps):
 
 
 def make_time_node(spec: StageSpec, deps: Deps):
-    def time_(state: dict[str, Any]) -> dict[str, Any]:
+    def time_(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         att = state["current"]
-        settings = settings_of(state)
+        settings = settings_of(runtime)
         with Stopwatch() as sw:
             report = deps.toolbox.time(
                 state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance

@@ -122,7 +122,7 @@ class ScriptedCode:
         i = req.seed_index if req.mode == "seed" else req.iteration
         if req.mode == "refine" or req.mode == "tune":
             # a parallel tuning round asks for variants 0..n-1 at once; later steps go on from there
-            i = sum(1 for r in req.recent if r.origin.startswith(req.mode))
+            i = sum(1 for r in req.recent if r.mode == req.mode)
             if req.mode == "tune":
                 i += req.seed_index
         if req.mode == "fix":

@@ -19,7 +19,9 @@ def run_once() -> None:
     g = build_graph(deps).compile(checkpointer=InMemorySaver())
     ctx = Context(device="cuda", seeds=1)
     g.invoke(
-        {"task": TaskSpec(path="t.py", name="t", source="class Model: pass"), "settings": ctx.to_dict()},
+        {
+            "task": TaskSpec(path="t.py", name="t", source="class Model: pass"),
+        },
         {"configurable": {"thread_id": "p"}},
         context=ctx,
     )

@@ -42,3 +42,29 @@ def test_cpu_tuning_budget_is_small_and_gpu_budget_full():
     assert Context(device="cpu").budget_for("tiling") == Context().cpu_tune_budget
     assert Context(device="cuda").budget_for("tiling") == Context().tune_budget
     assert Context(device="cuda").budget_for("algorithm") == Context().refine_budget
+
+
+def test_context_from_json_values_is_coerced_and_validated():
+    # what a server's context form or a checkpoint hands over: JSON types, lists for tuples
+    ctx = Context(**{"device": "cuda", "seeds": "2", "stages": ["algorithm", "tiling"], "tolerance": "1e-3"})
+    assert ctx.seeds == 2 and ctx.stages == ("algorithm", "tiling") and ctx.tolerance == 1e-3
+    with pytest.raises(ValueError, match="device"):
+        Context(device="tpu")  # type: ignore[arg-type]
+
+
+def test_studio_schemas_build_on_every_python():
+    """pydantic (and so the Studio form) must be able to read the input/output/state schemas; with
+    `typing.TypedDict` this raises on Python < 3.12."""
+    from pydantic import TypeAdapter
+
+    from graph.state import EggInput, EggOutput, EggState, SeedInput, StageInput
+
+    schema = TypeAdapter(EggInput).json_schema()
+    assert {"task", "task_path", "out_dir"} <= set(schema["properties"])
+    assert "settings" not in schema["properties"]  # settings are the run's context, not input
+    out = TypeAdapter(EggOutput).json_schema()
+    assert {"status", "decisions", "best"} <= set(out["properties"])
+    status = out["properties"]["status"]
+    assert set(status["enum"]) == {"running", "verified", "no_kernel", "bad_input"}
+    for t in (EggState, StageInput, SeedInput):
+        TypeAdapter(t).json_schema()

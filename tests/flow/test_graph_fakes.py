@@ -37,7 +37,7 @@ def run(script=SCRIPT, device="cuda", checkpointer=None, thread="t", unsupported
     g = build_graph(deps).compile(checkpointer=checkpointer or InMemorySaver())
     ctx = Context(device=device, **settings)
     cfg = {"configurable": {"thread_id": thread}, "recursion_limit": 300}
-    out = g.invoke({"task": TASK, "settings": ctx.to_dict()}, cfg, context=ctx)
+    out = g.invoke({"task": TASK}, cfg, context=ctx)
     return out, code, tb, g, cfg
 
 
@@ -109,7 +109,7 @@ def test_bad_task_goes_straight_to_finalize():
     deps = Deps(toolbox=FakeToolbox(), model_factory=lambda s, t: scripted_models(code))
     g = build_graph(deps).compile(checkpointer=InMemorySaver())
     bad = TaskSpec(path="b.py", name="b", source="x = 1\n")
-    out = g.invoke({"task": bad, "settings": Context().to_dict()}, {"configurable": {"thread_id": "b"}})
+    out = g.invoke({"task": bad}, {"configurable": {"thread_id": "b"}}, context=Context())
     assert out["status"] == "bad_input" and "class Model" in out["failure"]
     assert not code.requests
 
@@ -176,3 +176,31 @@ def test_budget_beyond_the_width_continues_sequentially_from_the_round_winner():
     assert out["best"].candidate.source == "# m4 G=16 ms=0.2"
     ids = [a for a in (d.best_candidate_id for d in out["decisions"]) if a and a.startswith("mapping")]
     assert ids and ".tune" in ids[0]
+
+
+def test_settings_come_from_the_runs_context_and_are_recorded():
+    _, code, _, g, cfg = run(seeds=2, stages=("algorithm",))
+    assert sorted(r.seed_index for r in code.requests if r.mode == "seed") == [0, 1]
+    recorded = g.get_state(cfg).values["settings"]
+    assert Context.from_dict(recorded) == Context(device="cuda", seeds=2, stages=("algorithm",))
+
+
+def test_candidates_carry_their_mode_and_branch_as_fields():
+    saver = InMemorySaver(serde=serde())
+    out, *_ = run(checkpointer=saver, thread="fields")
+    attempts = {}
+    for ck in saver.list(None):  # every namespace: the stages' private channels too
+        for a in ck.checkpoint["channel_values"].get("attempts") or []:
+            attempts[a.candidate.id] = a.candidate
+    by_mode = {}
+    for c in attempts.values():
+        by_mode.setdefault((c.stage, c.mode), []).append(c)
+    seeds = by_mode[("algorithm", "seed")]
+    assert sorted(c.branch for c in seeds) == [0, 1, 2, 3]
+    # seeds 1 (compile error) and 3 (mismatch) were repaired inside their own branches
+    assert sorted(c.branch for c in by_mode[("algorithm", "fix")]) == [1, 3]
+    assert all(c.branch is None for c in by_mode[("algorithm", "refine")])
+    assert {c.branch for c in by_mode[("mapping", "tune")]} == {0, 1}  # one parallel round of two
+    # the origin is the model's label, never an encoding of the mode
+    assert all(c.origin == f"seed:{c.branch}" for c in seeds)
+    assert out["best"].candidate.mode == "tune" and out["best"].candidate.stage == "mapping"

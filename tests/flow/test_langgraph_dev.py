@@ -53,6 +53,21 @@ def server(tmp_path):
     proc.wait(timeout=30)
 
 
+def test_langgraph_dev_serves_the_schemas(server):
+    """Studio builds its forms from these: the input form from the input schema, the settings form
+    from the context schema."""
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    (assistant,) = client.assistants.search(graph_id="egg")
+    schemas = client.assistants.get_schemas(assistant["assistant_id"])
+    inp, out, ctx = schemas["input_schema"], schemas["output_schema"], schemas["context_schema"]
+    assert inp and out and ctx, {k: bool(v) for k, v in schemas.items()}
+    assert {"task", "task_path", "out_dir"} <= set(inp["properties"])
+    assert {"status", "best", "decisions", "failure"} <= set(out["properties"])
+    assert {"device", "seeds", "stages", "tune_width", "code_model"} <= set(ctx["properties"])
+
+
 def test_langgraph_dev_runs_the_graph(server):
     from langgraph_sdk import get_sync_client
 
@@ -64,10 +79,12 @@ def test_langgraph_dev_runs_the_graph(server):
     final = client.runs.wait(
         thread["thread_id"],
         "egg",
-        input={"task_path": str(ROOT / "examples" / "softmax.py"), "settings": settings},
+        input={"task_path": str(ROOT / "examples" / "softmax.py")},
+        context=settings,
         config={"recursion_limit": 200},
     )
     assert final["status"] == "verified", final.get("failure")
+    assert final["settings"]["seeds"] == 1 and final["settings"]["stages"] == ["algorithm"]
     assert final["decisions"][0]["stage"] == "algorithm" and final["decisions"][0]["outcome"] == "improved"
     history = client.threads.get_history(thread["thread_id"], limit=50)
     nexts = [tuple(h["next"]) for h in history]
