@@ -258,7 +258,9 @@ def build_row(
             failure, failure_kind = f"report.json unreadable: {e}", "bad_report"
     if report is None and failure is None:
         tail = _log_tail(tdir / "optimize.log")
-        if exit_code in (0, 1, 2):
+        if exit_code == 2:  # bad input: optimize's one line says why
+            failure, failure_kind = _log_tail(tdir / "optimize.log", 1) or "bad input (exit 2)", "bad_input"
+        elif exit_code in (0, 1):
             failure, failure_kind = f"no report.json (exit {exit_code}): {tail}", "no_report"
         else:
             failure, failure_kind = f"optimize crashed (exit {exit_code}): {tail}", "crash"
@@ -751,9 +753,12 @@ def _run_ray(
     except ImportError as e:
         raise EvalUsageError("--backend ray needs Ray: pip install 'egg-kernels[ray]'") from e
     # Workers import evals.runner by reference, so they need this checkout on their path.
-    runtime_env = {
-        "env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
-    }
+    env_vars = {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    # Every worker's optimize writes its checkpoints into the same store (a shared PostgreSQL
+    # database reachable from every node, when one is configured).
+    if os.environ.get("EGG_CHECKPOINT_URL"):
+        env_vars["EGG_CHECKPOINT_URL"] = os.environ["EGG_CHECKPOINT_URL"]
+    runtime_env = {"env_vars": env_vars}
     init_kw: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False, "log_to_driver": False}
     if ray_address:
         ray.init(address=ray_address, **init_kw)

@@ -1,7 +1,10 @@
-"""The `egg` command line: optimize, check, threads, show, replay, eval.
+"""The `egg` command line: optimize, check, threads, show, resume, replay, eval.
 
 Exit codes are a contract: 0 success (a verified kernel / an accepted candidate), 1 the run ended
 without one (the report says why), 2 bad input (one line, no traceback).
+
+Every message is printed literally: the consoles interpret no markup, so text such as
+`[rand_like]` or `[verified]` in a reason reaches the terminal as written.
 """
 
 from __future__ import annotations
@@ -13,23 +16,48 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="EGG: expert-guided PyTorch -> Triton kernel generation."
-)
+app = typer.Typer(no_args_is_help=True, help="EGG: expert-guided PyTorch -> Triton kernel generation.")
 # Piped output (scripts, CI logs) gets wide tables rather than rich's 80-column default, so
-# thread and checkpoint ids are never cut.
-out_console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# thread and checkpoint ids are never cut. No markup, no highlighting: messages print as written.
+_CONSOLE_KW: dict[str, Any] = {"markup": False, "highlight": False, "emoji": False}
+out_console = Console(width=None if sys.stdout.isatty() else 160, **_CONSOLE_KW)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, **_CONSOLE_KW)
 
 
 class BadInput(Exception):
     """Bad command-line input: printed as one line, exit 2."""
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("egg-kernels")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out_console.print(f"egg {_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """EGG: expert-guided PyTorch -> Triton kernel generation."""
 
 
 def _home(home: str | None) -> Path:
@@ -59,14 +87,21 @@ def _settings(**kw: Any):
         raise BadInput(str(e)) from None
 
 
-def _fail_bad_input(msg: str) -> None:
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False)
+def _error_line(msg: str) -> Text:
+    line = Text("error: ", style="bold red")
+    line.append(msg)
+    return line
+
+
+def _fail_bad_input(msg: str) -> NoReturn:
+    err_console.print(_error_line(msg))
     raise typer.Exit(2)
 
 
 def _open_graph(
     home: Path,
     *,
+    checkpoint_url: str | None = None,
     llm_mode: str = "live",
     base_url: str | None = None,
     api_key: str | None = None,
@@ -75,9 +110,22 @@ def _open_graph(
     from graph.main import build_graph, default_deps
     from graph.persistence import open_checkpointer
 
-    saver = open_checkpointer(home)
+    saver = open_checkpointer(home, checkpoint_url)
     deps = default_deps(llm_mode=llm_mode, base_url=base_url, api_key=api_key, timeout_s=timeout_s)
     return build_graph(deps).compile(checkpointer=saver, name="egg"), saver
+
+
+def _open_store(home: Path, checkpoint_url: str | None):
+    """The compiled graph over the store, or a one-line exit 2 when the store cannot be opened."""
+    from graph.persistence import redact, store_url
+
+    try:
+        return _open_graph(home, checkpoint_url=checkpoint_url)
+    except Exception as e:
+        _fail_bad_input(
+            f"cannot open the checkpoint store {redact(store_url(home, checkpoint_url))}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        )
 
 
 def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
@@ -88,7 +136,7 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
     cur = upd.get("current")
     if node == "prepare":
         if upd.get("status") == "bad_input":
-            return f"prepare: bad input: {upd.get('failure')}"
+            return None  # the command says it once, on stderr
         desc = upd.get("desc")
         sizes = desc.sizes_used if desc else {}
         return f"prepare: loaded {upd['task'].name}, {len(desc.op_graph) if desc else 0} ops, sizes {sizes}"
@@ -109,22 +157,47 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
         )
     if node == "boundary" and upd.get("decisions"):
         d = upd["decisions"][-1]
-        return f"[bold]{d.stage}[/]: {d.outcome} - {d.changed} ({d.why[:200]})"
-    if node == "finalize":
+        return f"{d.stage}: {d.outcome} - {d.changed} ({d.why[:200]})"
+    if node == "finalize" and upd.get("status") != "bad_input":
         return f"finalize: {upd.get('status')}"
     return None
 
 
-def run_graph(compiled, inputs: dict | None, config: dict, context, *, quiet: bool = False) -> dict:
-    for ns, chunk in compiled.stream(inputs, config, context=context, stream_mode="updates", subgraphs=True):
-        if quiet:
+def run_graph(
+    compiled, inputs: dict | None, config: dict, context, *, quiet: bool = False, header: str | None = None
+) -> dict:
+    """Stream a run (or its continuation, with inputs None) and print a line per step.
+
+    `header` is printed before the first progress line, so a task rejected by `prepare` prints
+    nothing here. Checkpoints are written before each next step starts (durability "sync"): a
+    killed run resumes from the last step it finished.
+    """
+    pending_header = header
+    # "tasks" mode: each finished node with everything it wrote ("updates" mode would show only
+    # the channels of a stage's output schema, none of its private steps).
+    for ns, event in compiled.stream(
+        inputs, config, context=context, stream_mode="tasks", subgraphs=True, durability="sync"
+    ):
+        if quiet or "result" not in event or event.get("error"):
             continue
-        for node, upd in chunk.items():
-            line = _describe_update(ns, node, upd)
-            if line:
-                out_console.print(line, highlight=False)
+        result = event["result"]
+        line = _describe_update(ns, event["name"], result if isinstance(result, dict) else dict(result or []))
+        if line:
+            if pending_header:
+                out_console.print(pending_header)
+                pending_header = None
+            out_console.print(line)
     # The thread's newest state (a replay's config names its starting checkpoint, not the result).
     return compiled.get_state({"configurable": {"thread_id": config["configurable"]["thread_id"]}}).values
+
+
+def _run_config(thread: str, **extra: Any) -> dict[str, Any]:
+    from graph.persistence import OWNER_KEY, current_owner
+
+    return {
+        "configurable": {"thread_id": thread, OWNER_KEY: current_owner(), **extra},
+        "recursion_limit": 500,
+    }
 
 
 def _write_outputs(values: dict, out: Path, thread: str, wall_s: float) -> dict:
@@ -158,17 +231,16 @@ def _print_summary(report: dict, out: Path) -> None:
             out_console.print(
                 f"verified: candidate {t['candidate_ms']:.4f} ms | eager {t['eager_ms']:.4f} ms | "
                 f"torch.compile {t['compile_ms'] if t['compile_ms'] is None else format(t['compile_ms'], '.4f')} ms | "
-                f"speedup vs eager {fmt(report['speedup_vs_eager'])}, vs compile {fmt(report['speedup_vs_compile'])}",
-                highlight=False,
+                f"speedup vs eager {fmt(report['speedup_vs_eager'])}, vs compile {fmt(report['speedup_vs_compile'])}"
             )
         else:
-            out_console.print(
-                f"verified on {report['device']}; timing: {report['timing_note']}", highlight=False
-            )
-        out_console.print(f"kernel: {out / 'model_new.py'}  report: {out / 'report.json'}", highlight=False)
+            out_console.print(f"verified on {report['device']}; timing: {report['timing_note']}")
+        out_console.print(f"kernel: {out / 'model_new.py'}  report: {out / 'report.json'}")
     else:
-        out_console.print(f"[bold red]no verified kernel[/]: {report['failure']}", highlight=False)
-        out_console.print(f"report: {out / 'report.json'}", highlight=False)
+        line = Text("no verified kernel", style="bold red")
+        line.append(f": {report['failure']}")
+        out_console.print(line)
+        out_console.print(f"report: {out / 'report.json'}")
 
 
 def _exit_code(report: dict) -> int:
@@ -183,9 +255,37 @@ def _configure_logs(json_logs: bool, quiet: bool) -> None:
     configure_logging(json_logs=json_logs, level="warning" if quiet else "info")
 
 
+def _finish_run(
+    values: dict, out_dir: Path, egg_home: Path, thread: str, wall_s: float, **extra: Any
+) -> NoReturn:
+    """Write the run's outputs, say what came of it, exit with the contract's code."""
+    report = _write_outputs(values, out_dir, thread, wall_s)
+    if extra:
+        report.update(extra)
+        (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (egg_home / "threads" / thread).mkdir(parents=True, exist_ok=True)
+    (egg_home / "threads" / thread / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    if report["status"] == "bad_input":
+        _fail_bad_input(report["failure"])
+    _print_summary(report, out_dir)
+    raise typer.Exit(_exit_code(report))
+
+
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="model for every role: expert or openai:<model>")
 ]
+HomeOpt = Annotated[str | None, typer.Option(help="run-data directory (else $EGG_HOME, else ./.egg)")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint-url",
+        envvar="EGG_CHECKPOINT_URL",
+        show_envvar=True,
+        help="checkpoint store: postgresql://USER@HOST/DB, or sqlite:///PATH (default: "
+        "$EGG_HOME/checkpoints.sqlite)",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
 @app.command()
@@ -217,20 +317,33 @@ def optimize(
     run_tokens: Annotated[int | None, typer.Option(help="LLM token budget of the run")] = None,
     run_seconds: Annotated[float | None, typer.Option(help="wall-time budget of the run")] = None,
     job_timeout: Annotated[float | None, typer.Option(help="time limit of one sandbox job, seconds")] = None,
-    home: Annotated[str | None, typer.Option(help="run-data directory (else $EGG_HOME, else ./.egg)")] = None,
+    home: HomeOpt = None,
+    checkpoint_url: StoreOpt = None,
     json_logs: Annotated[bool, typer.Option("--json-logs", help="log JSON lines to stderr")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Optimize one task: write DIR/model_new.py (when verified) and DIR/report.json."""
+    from nodes.lifecycle import one_line, task_from_path
+    from tools.errors import BadTaskError
+
     _configure_logs(json_logs, quiet)
+    path = Path(task)
+    egg_home = _home(home)
+    thread = thread_id or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    out_dir = Path(out) if out else egg_home / "runs" / thread
     try:
-        path = Path(task)
-        if not path.is_file():
-            raise BadInput(f"task file not found: {task}")
-        if path.suffix != ".py":
-            raise BadInput(f"task must be a .py file in KernelBench format: {task}")
+        # The task file first: a file that cannot be a task is bad input whatever the options say,
+        # and gets a report (an eval's row quotes its reason).
+        try:
+            if path.exists() and path.suffix != ".py":
+                raise BadTaskError(f"task must be a .py file in KernelBench format: {task}")
+            spec = task_from_path(str(path.resolve()))
+        except BadTaskError as e:
+            _write_outputs(
+                {"status": "bad_input", "failure": one_line(str(e)), "task_path": task}, out_dir, thread, 0.0
+            )
+            raise BadInput(one_line(str(e))) from None
         dev = _resolve_device(device)
-        egg_home = _home(home)
         settings = _settings(
             code_model=code_model or model,
             profiler_model=profiler_model or model,
@@ -249,56 +362,52 @@ def optimize(
         )
     except BadInput as e:
         _fail_bad_input(str(e))
-    from nodes.lifecycle import task_from_path
-
-    thread = thread_id or f"{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    out_dir = Path(out) if out else egg_home / "runs" / thread
-    spec = task_from_path(str(path.resolve()), device=dev)
-    out_console.print(
+    spec = spec.model_copy(update={"device": dev})
+    header = (
         f"EGG optimize {spec.name} on {dev} (thread {thread}, models {settings.code_model}/"
-        f"{settings.profiler_model}/{settings.debugger_model})",
-        highlight=False,
+        f"{settings.profiler_model}/{settings.debugger_model})"
     )
     t0 = time.time()
     try:
         compiled, saver = _open_graph(
-            egg_home, base_url=base_url, api_key=api_key, timeout_s=settings.job_timeout_s
+            egg_home,
+            checkpoint_url=checkpoint_url,
+            base_url=base_url,
+            api_key=api_key,
+            timeout_s=settings.job_timeout_s,
         )
     except Exception as e:
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
-    from graph.persistence import thread_ids
+    from graph.persistence import thread_exists
 
-    if thread in thread_ids(saver):
+    if thread_exists(saver, thread):
         # Running a new task into an existing thread would merge its checkpointed state (usage,
         # decisions) into this run's result.
         _fail_bad_input(
-            f"thread {thread!r} already exists under {egg_home}: pick another --thread-id, "
-            f"or re-run it with `egg replay {thread}`"
+            f"thread {thread!r} already exists in the checkpoint store: pick another --thread-id, "
+            f"continue it with `egg resume {thread}`, or re-run it with `egg replay {thread}`"
         )
     try:
-        config = {"configurable": {"thread_id": thread}, "recursion_limit": 500}
-        values = run_graph(compiled, {"task": spec, "out_dir": str(out_dir)}, config, settings, quiet=quiet)
+        values = run_graph(
+            compiled,
+            {"task": spec, "out_dir": str(out_dir.resolve())},
+            _run_config(thread),
+            settings,
+            quiet=quiet,
+            header=header,
+        )
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
-    report = _write_outputs(values, out_dir, thread, time.time() - t0)
-    (egg_home / "threads" / thread).mkdir(parents=True, exist_ok=True)
-    (egg_home / "threads" / thread / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    if report["status"] == "bad_input":
-        _fail_bad_input(report["failure"])
-    _print_summary(report, out_dir)
-    raise typer.Exit(_exit_code(report))
+    _finish_run(values, out_dir, egg_home, thread, time.time() - t0)
 
 
 def _infra_failure(home: Path, thread: str, e: BaseException) -> None:
     d = home / "threads" / thread
     d.mkdir(parents=True, exist_ok=True)
     (d / "error.log").write_text("".join(traceback.format_exception(e)))
-    err_console.print(
-        f"[bold red]error:[/] {type(e).__name__}: {str(e)[:300]} (traceback: {d / 'error.log'})",
-        highlight=False,
-    )
+    err_console.print(_error_line(f"{type(e).__name__}: {str(e)[:300]} (traceback: {d / 'error.log'})"))
 
 
 @app.command()
@@ -318,37 +427,76 @@ def check(
     )
 
 
+def _lease_s(settings: dict[str, Any]) -> float:
+    """How long a run on another host may write no checkpoint before it is taken as gone: a step
+    can hold one sandbox job (up to its time limit) between two checkpoints."""
+    return max(600.0, 3 * float(settings.get("job_timeout_s") or 300.0))
+
+
+def _thread_status(saver, snap) -> str:
+    """verified / no_kernel / bad_input for a finished run; running or interrupted otherwise."""
+    from graph.persistence import last_activity, liveness
+
+    v = snap.values
+    if not snap.next:
+        return v.get("status") or "unknown"
+    tid = snap.config["configurable"]["thread_id"]
+    return liveness(last_activity(saver, tid), _lease_s(v.get("settings") or {}))
+
+
+def _thread_row(saver, compiled, tid: str) -> dict[str, Any]:
+    snap = compiled.get_state({"configurable": {"thread_id": tid}})
+    v = snap.values
+    final = v.get("final")
+    sp = final.speedup_vs_eager if final is not None else None
+    return {
+        "thread": tid,
+        "task": v["task"].name if v.get("task") else None,
+        "device": (v.get("settings") or {}).get("device"),
+        "status": _thread_status(saver, snap),
+        "next": list(snap.next),
+        "speedup_vs_eager": sp,
+        "updated": snap.created_at,
+        "out_dir": v.get("out_dir"),
+    }
+
+
 @app.command()
-def threads(home: Annotated[str | None, typer.Option(help="run-data directory")] = None) -> None:
-    """List checkpointed runs."""
-    from graph.persistence import checkpoint_path
+def threads(
+    home: HomeOpt = None,
+    checkpoint_url: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List checkpointed runs (status: verified, no_kernel, bad_input, running or interrupted)."""
+    from graph.persistence import checkpoint_path, is_postgres, store_url, thread_ids
 
     egg_home = _home(home)
-    if not checkpoint_path(egg_home).exists():
+    default_store = not checkpoint_url and not is_postgres(store_url(egg_home))
+    if default_store and not checkpoint_path(egg_home).exists():
+        rows: list[dict[str, Any]] = []  # nothing ran here yet: do not create an empty store
+    else:
+        compiled, saver = _open_store(egg_home, checkpoint_url)
+        rows = [_thread_row(saver, compiled, tid) for tid in thread_ids(saver)]
+    if as_json:
+        print(json.dumps(rows, default=str))
+        return
+    if not rows:
         out_console.print(f"no runs under {egg_home}")
         return
-    compiled, saver = _open_graph(egg_home)
-    from graph.persistence import thread_ids
-
     table = Table(title=f"threads in {egg_home}")
     for col in ("thread", "task", "device", "status", "best speedup", "updated"):
         table.add_column(col)
-    for tid in thread_ids(saver):
-        snap = compiled.get_state({"configurable": {"thread_id": tid}})
-        v = snap.values
-        final = v.get("final")
-        sp = final.speedup_vs_eager if final is not None else None
-        status = v.get("status") or ("interrupted" if snap.next else "?")
-        if snap.next:
-            status = f"stopped before {','.join(snap.next)}"
-        table.add_row(
-            tid,
-            v["task"].name if v.get("task") else "-",
-            (v.get("settings") or {}).get("device", "-"),
-            status,
-            f"{sp:.2f}x" if sp else "-",
-            str(snap.created_at or "-")[:19],
+    for r in rows:
+        status = (
+            r["status"]
+            if r["status"] not in ("running", "interrupted")
+            else (f"{r['status']} (before {','.join(r['next'])})")
         )
+        sp = r["speedup_vs_eager"]
+        table.add_row(
+            r["thread"], r["task"] or "-", r["device"] or "-", status, f"{sp:.2f}x" if sp else "-",
+            str(r["updated"] or "-")[:19],
+        )  # fmt: skip
     out_console.print(table)
 
 
@@ -359,19 +507,42 @@ def _history(compiled, tid: str) -> list:
 @app.command()
 def show(
     thread: Annotated[str, typer.Argument(help="thread id")],
-    home: Annotated[str | None, typer.Option(help="run-data directory")] = None,
+    home: HomeOpt = None,
+    checkpoint_url: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print a thread's stage decisions and the checkpoint ids to replay from."""
     egg_home = _home(home)
-    compiled, _ = _open_graph(egg_home)
+    compiled, saver = _open_store(egg_home, checkpoint_url)
     hist = _history(compiled, thread)
     if not hist:
-        _fail_bad_input(f"no thread {thread!r} under {egg_home}")
+        _fail_bad_input(f"no thread {thread!r} in the checkpoint store")
     v = hist[0].values
+    status = _thread_status(saver, hist[0])
+    checkpoints = [
+        {
+            "checkpoint_id": s.config["configurable"]["checkpoint_id"],
+            "step": s.metadata.get("step"),
+            "next": list(s.next),
+        }
+        for s in hist
+    ]
+    if as_json:
+        doc = {
+            "thread": thread,
+            "task": v["task"].name if v.get("task") else None,
+            "status": status,
+            "failure": v.get("failure"),
+            "out_dir": v.get("out_dir"),
+            "settings": v.get("settings"),
+            "decisions": [d.model_dump(mode="json") for d in v.get("decisions") or []],
+            "checkpoints": checkpoints,
+        }
+        print(json.dumps(doc, default=str))
+        return
     out_console.print(
-        f"thread {thread}: task {v['task'].name if v.get('task') else '-'}, status {v.get('status')}, "
-        f"failure {v.get('failure')}",
-        highlight=False,
+        f"thread {thread}: task {v['task'].name if v.get('task') else '-'}, status {status}, "
+        f"failure {v.get('failure')}"
     )
     t = Table(title="stage decisions")
     for col in ("stage", "outcome", "changed", "why", "speedup out"):
@@ -384,13 +555,69 @@ def show(
     c = Table(title="checkpoints (newest first)")
     for col in ("checkpoint id", "step", "next node"):
         c.add_column(col)
-    for s in hist:
-        c.add_row(
-            s.config["configurable"]["checkpoint_id"],
-            str(s.metadata.get("step")),
-            ",".join(s.next) or "(end)",
-        )
+    for ck in checkpoints:
+        c.add_row(ck["checkpoint_id"], str(ck["step"]), ",".join(ck["next"]) or "(end)")
     out_console.print(c)
+
+
+@app.command()
+def resume(
+    thread: Annotated[str, typer.Argument(help="thread id of a run that was killed or stopped")],
+    out: Annotated[str | None, typer.Option(help="output directory (default: the run's own --out)")] = None,
+    llm: Annotated[
+        str, typer.Option(help="live or recorded (serve the thread's recorded LLM replies, no network)")
+    ] = "live",
+    home: HomeOpt = None,
+    checkpoint_url: StoreOpt = None,
+    json_logs: Annotated[bool, typer.Option("--json-logs")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Continue an interrupted run from its last checkpoint (inside the stage it was in), with the
+    settings it was started with; writes to the run's output directory unless told otherwise."""
+    from graph.context import Context
+
+    _configure_logs(json_logs, quiet)
+    egg_home = _home(home)
+    if llm not in ("live", "recorded"):
+        _fail_bad_input("--llm must be live or recorded")
+    try:
+        compiled, saver = _open_graph(egg_home, checkpoint_url=checkpoint_url, llm_mode=llm)
+    except Exception as e:
+        _infra_failure(egg_home, thread, e)
+        raise typer.Exit(1) from None
+    snap = compiled.get_state({"configurable": {"thread_id": thread}})
+    if not snap.values and not snap.next:
+        _fail_bad_input(f"no thread {thread!r} in the checkpoint store")
+    v = snap.values
+    if not snap.next:
+        _fail_bad_input(
+            f"thread {thread!r} has finished (status {v.get('status')}): nothing to resume; "
+            f"`egg replay {thread}` runs it again"
+        )
+    if _thread_status(saver, snap) == "running":
+        _fail_bad_input(f"thread {thread!r} is still running; resume it once its process is gone")
+    if not v.get("settings"):
+        _fail_bad_input(
+            f"thread {thread!r} was interrupted before its settings were recorded: start it again with "
+            "`egg optimize`"
+        )
+    settings = Context.from_dict(v["settings"])
+    out_dir = Path(out) if out else Path(v.get("out_dir") or egg_home / "runs" / thread)
+    cid = snap.config["configurable"]["checkpoint_id"]
+    t0 = time.time()
+    try:
+        values = run_graph(
+            compiled,
+            None,
+            _run_config(thread),
+            settings,
+            quiet=quiet,
+            header=f"resuming {thread} from checkpoint {cid} (before {','.join(snap.next)})",
+        )
+    except Exception as e:
+        _infra_failure(egg_home, thread, e)
+        raise typer.Exit(1) from None
+    _finish_run(values, out_dir, egg_home, thread, time.time() - t0, resumed_from=cid)
 
 
 def default_replay_checkpoint(hist: list) -> Any:
@@ -415,7 +642,8 @@ def replay(
         str, typer.Option(help="live or recorded (serve the thread's recorded LLM replies, no network)")
     ] = "live",
     out: Annotated[str | None, typer.Option(help="output directory")] = None,
-    home: Annotated[str | None, typer.Option(help="run-data directory")] = None,
+    home: HomeOpt = None,
+    checkpoint_url: StoreOpt = None,
     json_logs: Annotated[bool, typer.Option("--json-logs")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
@@ -426,10 +654,10 @@ def replay(
     egg_home = _home(home)
     if llm not in ("live", "recorded"):
         _fail_bad_input("--llm must be live or recorded")
-    compiled, _ = _open_graph(egg_home, llm_mode=llm)
+    compiled, _ = _open_graph(egg_home, checkpoint_url=checkpoint_url, llm_mode=llm)
     hist = _history(compiled, thread)
     if not hist:
-        _fail_bad_input(f"no thread {thread!r} under {egg_home}")
+        _fail_bad_input(f"no thread {thread!r} in the checkpoint store")
     try:
         if checkpoint:
             match = [s for s in hist if s.config["configurable"]["checkpoint_id"] == checkpoint]
@@ -442,14 +670,12 @@ def replay(
         _fail_bad_input(str(e))
     settings = Context.from_dict(start.values.get("settings") or {})
     cid = start.config["configurable"]["checkpoint_id"]
-    out_console.print(
-        f"replaying {thread} from checkpoint {cid} (before {','.join(start.next)}), llm={llm}",
-        highlight=False,
-    )
+    out_console.print(f"replaying {thread} from checkpoint {cid} (before {','.join(start.next)}), llm={llm}")
     out_dir = Path(out) if out else egg_home / "threads" / thread / f"replay-{time.strftime('%Y%m%d-%H%M%S')}"
     t0 = time.time()
+    config = _run_config(thread, checkpoint_id=cid, checkpoint_ns="")
     try:
-        values = run_graph(compiled, None, {**start.config, "recursion_limit": 500}, settings, quiet=quiet)
+        values = run_graph(compiled, None, config, settings, quiet=quiet)
     except Exception as e:
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
@@ -458,6 +684,38 @@ def replay(
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     _print_summary(report, out_dir)
     raise typer.Exit(_exit_code(report))
+
+
+def _eval_summary(out: str, code: int) -> dict[str, Any]:
+    """`egg eval --json`: the eval's rows and metrics, as written to its output directory."""
+    from evals.metrics import latest_rows
+
+    out_dir = Path(out).expanduser().resolve()
+    rows_path = out_dir / "results.jsonl"
+    rows = (
+        latest_rows([json.loads(ln) for ln in rows_path.read_text().splitlines() if ln.strip()])
+        if rows_path.exists()
+        else []
+    )
+    metrics_path = out_dir / "metrics.json"
+    keys = (
+        "task",
+        "verified",
+        "failure_kind",
+        "failure",
+        "speedup_vs_eager",
+        "speedup_vs_compile",
+        "wall_s",
+        "thread_id",
+    )
+    return {
+        "exit_code": code,
+        "out": str(out_dir),
+        "tasks": len(rows),
+        "verified": sum(1 for r in rows if r.get("verified")),
+        "rows": [{k: r.get(k) for k in keys} for r in rows],
+        "metrics": json.loads(metrics_path.read_text()) if metrics_path.exists() else None,
+    }  # fmt: skip
 
 
 @app.command(name="eval")
@@ -487,16 +745,26 @@ def eval_(
     tune_width: Annotated[
         int | None, typer.Option(help="parallel tuning variants (passed to optimize)")
     ] = None,
+    checkpoint_url: StoreOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print a JSON summary on stdout (progress goes to stderr)")
+    ] = False,
 ) -> None:
     """Run optimize over a suite and write results.jsonl, report.md, metrics.json and plots."""
+    import contextlib
+
     from evals.runner import eval_command
+    from graph.persistence import CHECKPOINT_URL_ENV
 
     try:
         gpu_ids = [int(g) for g in gpus.split(",")] if gpus else None
     except ValueError:
         _fail_bad_input(f"--gpus must be comma-separated integers, not {gpus!r}")
-    raise typer.Exit(
-        eval_command(
+    if checkpoint_url:
+        # Every task's optimize process (and a Ray worker's) reads the store from the environment.
+        os.environ[CHECKPOINT_URL_ENV] = checkpoint_url
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        code = eval_command(
             paths,
             out=out,
             resume=resume,
@@ -521,11 +789,13 @@ def eval_(
             ]
             or None,
         )
-    )
+    if as_json and code != 2:
+        print(json.dumps(_eval_summary(out, code), default=str))
+    raise typer.Exit(code)
 
 
 def main() -> None:
-    app()
+    app(prog_name="egg")  # also under `python -m graph.cli`: completion scripts name `egg`
 
 
 if __name__ == "__main__":

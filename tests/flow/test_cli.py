@@ -126,3 +126,103 @@ def test_optimize_refuses_an_existing_thread_id(cpu_run):
         home=home,
     )
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
+
+
+def _descendants(pid: int) -> set[tuple[int, str]]:
+    """(pid, start time) of every live process below `pid` (start time tells a reused pid apart)."""
+    parent: dict[int, int] = {}
+    start: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(d.name)], start[int(d.name)] = int(fields[1]), fields[19]
+    found, frontier = set(), [pid]
+    while frontier:
+        p = frontier.pop()
+        for child, ppid in parent.items():
+            if ppid == p:
+                found.add((child, start[child]))
+                frontier.append(child)
+    return found
+
+
+def _alive(procs: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    left = set()
+    for pid, st in procs:
+        try:
+            now = (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[19]
+        except OSError:
+            continue
+        if now == st:
+            left.add((pid, st))
+    return left
+
+
+def test_killed_run_resumes_inside_its_tuning_stage(cpu_run):
+    """SIGKILL `egg optimize` in the middle of a tuning stage, then `egg resume`: the run goes on
+    from its last checkpoint inside that stage, writes to its own --out, and ends with the same
+    decisions as the uninterrupted run (cpu_run: the same task and settings)."""
+    import re
+    import signal
+    import time
+
+    home, base_out, base = cpu_run
+    assert base.returncode == 0
+    out = home / "killed-out"
+    env = {**os.environ, "EGG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "graph.cli", "optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu",
+           "--seeds", "2", "--thread-id", "sm-kill", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    seen, killed_at, workers = [], None, set()
+    try:
+        for line in proc.stdout:
+            seen.append(line.rstrip())
+            if re.match(r"^(mapping|tiling|memory)/\S*compile: ok", line):
+                time.sleep(0.3)  # into the check job that follows the compile
+                workers = _descendants(proc.pid)
+                killed_at = line.split(":")[0]
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert killed_at, "the run never reached a tuning stage's compile:\n" + "\n".join(seen[-20:])
+    stage = killed_at.split("/")[0]
+    assert proc.returncode == -signal.SIGKILL
+
+    listed = json.loads(egg("threads", "--json", home=home).stdout)
+    row = next(r for r in listed if r["thread"] == "sm-kill")
+    assert row["status"] == "interrupted" and row["next"] == [stage], row
+    assert "status interrupted" in egg("show", "sm-kill", home=home).stdout
+
+    r = subprocess.run(
+        [sys.executable, "-m", "graph.cli", "resume", "sm-kill"], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("resuming sm-kill from checkpoint") and f"(before {stage})" in lines[0]
+    progress = [ln for ln in lines[1:] if re.match(r"^\w+/", ln)]
+    # it went on inside the stage: nothing before it ran again, and the candidate written and
+    # compiled before the kill was not written again
+    assert progress and progress[0].startswith(f"{stage}/"), progress[:5]
+    assert not [ln for ln in progress if ln.startswith(("algorithm/", "prepare"))]
+    assert not progress[0].startswith(f"{stage}/seed/code"), progress[:3]
+    report = json.loads((out / "report.json").read_text())  # the run's own --out
+    first = json.loads((base_out / "report.json").read_text())
+    assert report["verified"] and report["resumed_from"]
+    assert report["stages"] == first["stages"] and report["candidate_id"] == first["candidate_id"]
+    assert (out / "model_new.py").read_text() == (base_out / "model_new.py").read_text()
+    done = json.loads(egg("threads", "--json", home=home).stdout)
+    assert next(r for r in done if r["thread"] == "sm-kill")["status"] == "verified"
+    # nothing of the killed run is left (its sandbox workers included)
+    assert workers, "the kill did not land during a sandbox job"
+    assert not _alive(workers), f"processes of the killed run still alive: {_alive(workers)}"
+    again = egg("resume", "sm-kill", home=home)
+    assert again.returncode == 2 and "nothing to resume" in again.stderr
