@@ -226,3 +226,70 @@ def test_killed_run_resumes_inside_its_tuning_stage(cpu_run):
     assert not _alive(workers), f"processes of the killed run still alive: {_alive(workers)}"
     again = egg("resume", "sm-kill", home=home)
     assert again.returncode == 2 and "nothing to resume" in again.stderr
+
+
+BODY = (
+    "import torch\n"
+    "class Model(torch.nn.Module):\n"
+    "    def forward(self, x):\n"
+    "        return torch.relu(x)\n"
+    "def get_init_inputs():\n"
+    "    return []\n"
+)
+BAD_TASKS = {
+    "syntax": b"import torch\nclass Model(torch.nn.Module:\n    pass\n",
+    "not_utf8": b"# caf\xe9 \xff\n" + BODY.encode() + b"def get_inputs():\n    return [torch.randn(4)]\n",
+    "nul_bytes": b"import torch\n\x00\n" + BODY.encode(),
+    "inputs_none": BODY.encode() + b"def get_inputs():\n    return None\n",
+    "exit_at_import": b"import sys\nsys.exit(0)\n" + BODY.encode() + b"def get_inputs():\n    return []\n",
+}
+
+
+def _bad_task(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / f"{kind}.py"
+    if kind != "missing":
+        path.write_bytes(BAD_TASKS[kind])
+    return path
+
+
+@pytest.mark.parametrize("kind", [*BAD_TASKS, "missing"])
+def test_every_malformed_task_is_one_line_and_exit_2(tmp_path, kind):
+    task = _bad_task(tmp_path, kind)
+    out = tmp_path / "out"
+    r = egg("optimize", str(task), "--device", "cpu", "--out", str(out), home=tmp_path / "home", timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    report = json.loads((out / "report.json").read_text())  # an eval quotes it
+    assert report["status"] == "bad_input" and report["failure"] in r.stderr
+    if kind == "missing":
+        return
+    c = egg(
+        "check",
+        str(task),
+        str(ROOT / "examples" / "softmax.py"),
+        "--device",
+        "cpu",
+        home=tmp_path,
+        timeout=300,
+    )
+    assert c.returncode == 2 and len(c.stderr.strip().splitlines()) == 1, (c.stdout, c.stderr)
+    assert "Traceback" not in c.stdout + c.stderr
+
+
+def test_eval_records_each_malformed_task_as_a_bad_input_row(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for kind in BAD_TASKS:
+        _bad_task(suite, kind)
+    r = egg("eval", str(suite), "--out", str(tmp_path / "ev"), "--device", "cpu", "--workers", "2", "--json",
+            home=tmp_path / "home", timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)  # --json: only the summary on stdout
+    rows = {row["task"].split("__")[-1]: row for row in summary["rows"]}
+    assert set(rows) == set(BAD_TASKS) and summary["verified"] == 0
+    for kind, row in rows.items():
+        assert row["failure_kind"] == "bad_input", (kind, row)
+        assert row["failure"] and "\n" not in row["failure"] and "Traceback" not in row["failure"], row
+    assert "syntax error" in rows["syntax"]["failure"] and "UTF-8" in rows["not_utf8"]["failure"]
+    assert "NUL" in rows["nul_bytes"]["failure"]
