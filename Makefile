@@ -6,9 +6,11 @@ BIN := $(VENV)/bin
 # only installs it when no torch is present).
 TORCH_SPEC ?= torch==2.13.0
 DEMO_TASK ?= examples/softmax.py
+# Runs the LangGraph dev server executes at once (each on its own thread).
+STUDIO_JOBS ?= 4
 export LANGGRAPH_CLI_NO_ANALYTICS := 1
 
-.PHONY: install demo test test-fast lint gpu-test clean
+.PHONY: install demo studio test test-fast lint gpu-test clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,9 @@ install: $(BIN)/.installed
 
 demo: install
 	$(BIN)/egg optimize $(DEMO_TASK) --device auto --seeds 2 --out out/demo
+
+studio: install
+	$(BIN)/langgraph dev --no-browser --n-jobs-per-worker $(STUDIO_JOBS)
 
 test: install
 	$(BIN)/python -m pytest -m "not gpu" -q

@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# A short run: the algorithm stage with one seed, settings as the run's context (Studio's form).
+SOFTMAX_RUN = {
+    "input": {"task_path": str(ROOT / "examples" / "softmax.py")},
+    "context": {"device": "cpu", "seeds": 1, "stages": ["algorithm"], "refine_budget": 0},
+    "config": {"recursion_limit": 200},
+}
 
 
 def _free_port() -> int:
@@ -19,14 +25,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture()
-def server(tmp_path):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("studio")
     port = _free_port()
     env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "EGG_HOME": str(tmp_path / "egg")}
     log = open(tmp_path / "server.log", "w")
     cli = Path(sys.executable).parent / "langgraph"
     proc = subprocess.Popen(
-        [str(cli), "dev", "--port", str(port), "--no-browser", "--no-reload", "--config", "langgraph.json"],
+        [
+            str(cli),
+            "dev",
+            "--port",
+            str(port),
+            "--no-browser",
+            "--no-reload",
+            "--config",
+            "langgraph.json",
+            "--n-jobs-per-worker",
+            "4",
+        ],  # fmt: skip
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -75,17 +93,38 @@ def test_langgraph_dev_runs_the_graph(server):
     assistants = client.assistants.search(graph_id="egg")
     assert assistants, "graph `egg` is not registered"
     thread = client.threads.create()
-    settings = {"device": "cpu", "seeds": 1, "stages": ["algorithm"], "refine_budget": 0}
-    final = client.runs.wait(
-        thread["thread_id"],
-        "egg",
-        input={"task_path": str(ROOT / "examples" / "softmax.py")},
-        context=settings,
-        config={"recursion_limit": 200},
-    )
+    final = client.runs.wait(thread["thread_id"], "egg", **SOFTMAX_RUN)
     assert final["status"] == "verified", final.get("failure")
     assert final["settings"]["seeds"] == 1 and final["settings"]["stages"] == ["algorithm"]
     assert final["decisions"][0]["stage"] == "algorithm" and final["decisions"][0]["outcome"] == "improved"
     history = client.threads.get_history(thread["thread_id"], limit=50)
     nexts = [tuple(h["next"]) for h in history]
     assert ("algorithm",) in nexts and ("finalize",) in nexts
+
+
+def test_langgraph_dev_runs_submitted_runs_concurrently(server):
+    """Four runs submitted at once (four threads) run side by side: each one's first checkpoint is
+    written before any of them has finished."""
+    from datetime import datetime
+
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    runs = []
+    for _ in range(4):
+        thread = client.threads.create()
+        run = client.runs.create(thread["thread_id"], "egg", **SOFTMAX_RUN)
+        runs.append((thread["thread_id"], run["run_id"]))
+    spans = []
+    for tid, rid in runs:
+        client.runs.join(tid, rid)
+        assert client.runs.get(tid, rid)["status"] == "success"
+        state = client.threads.get_state(tid)
+        assert state["values"]["status"] == "verified", state["values"].get("failure")
+        stamps = sorted(
+            datetime.fromisoformat(h["created_at"]) for h in client.threads.get_history(tid, limit=100)
+        )
+        spans.append((stamps[0], stamps[-1]))
+    latest_start = max(s for s, _ in spans)
+    earliest_end = min(e for _, e in spans)
+    assert latest_start < earliest_end, f"the runs did not overlap: {spans}"
