@@ -58,6 +58,9 @@ def _main(
     ] = False,
 ) -> None:
     """EGG: expert-guided PyTorch -> Triton kernel generation."""
+    # Every command logs to stderr only (stdout carries results, e.g. `egg check --json`);
+    # commands that run the graph raise the level to info.
+    _configure_logs(json_logs=False, quiet=True)
 
 
 def _home(home: str | None) -> Path:

@@ -114,3 +114,20 @@ def test_version_and_shell_completion():
     assert "complete -o default -F _egg_completion egg" in c.stdout
     h = _egg("--help")
     assert "--install-completion" in h.stdout and "resume" in h.stdout
+
+
+def test_every_command_logs_to_stderr_only():
+    """A tool's log line (here the toolbox's, as on a GPU) never lands in a command's stdout."""
+    code = (
+        "import sys, structlog\n"
+        "from graph import cli\n"
+        "@cli.app.command()\n"
+        "def probe():\n"
+        "    structlog.get_logger('egg.tools').warning('tool.evaluate', wall_s=1.0)\n"
+        "    print('{\"ok\": true}')\n"
+        "sys.argv = ['egg', 'probe']\n"
+        "cli.main()\n"
+    )
+    r = _python(code)
+    assert r.stdout == '{"ok": true}\n', r.stdout
+    assert "tool.evaluate wall_s=1.0" in r.stderr
