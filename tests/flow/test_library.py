@@ -98,10 +98,11 @@ def test_messages_print_literally(capsys):
     assert "error: reference uses [rand_like]" in err
 
 
-def _egg(*args: str) -> subprocess.CompletedProcess:
+def _egg(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "graph.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "graph.cli", *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
 
 
 def test_version_and_shell_completion():
@@ -109,9 +110,13 @@ def test_version_and_shell_completion():
 
     v = _egg("--version")
     assert v.returncode == 0 and v.stdout.strip() == f"egg {metadata.version('egg-kernels')}"
-    c = _egg("--show-completion", "bash")
+    # the script `egg --install-completion` installs, asked for directly (`--show-completion`
+    # guesses the shell from the parent process, which under make or CI is sh)
+    c = _egg(_EGG_COMPLETE="source_bash")
     assert c.returncode == 0 and "_EGG_COMPLETE=complete_bash" in c.stdout, c.stdout + c.stderr
     assert "complete -o default -F _egg_completion egg" in c.stdout
+    words = _egg(_EGG_COMPLETE="complete_bash", COMP_WORDS="egg re", COMP_CWORD="1")
+    assert {"resume", "replay"} <= set(words.stdout.split()), words.stdout + words.stderr
     h = _egg("--help")
     assert "--install-completion" in h.stdout and "resume" in h.stdout
 
