@@ -36,7 +36,8 @@ def route_after_decide(state: StageState) -> str:
 
 
 def route_after_prepare(state: EggState) -> str:
-    return "finalize" if state.get("status") == "bad_input" else STAGE_ORDER[0]
+    # bad input, or the machine could not describe the task: nothing to optimize
+    return "finalize" if state.get("status") in ("bad_input", "no_kernel") else STAGE_ORDER[0]
 
 
 def next_after_stage(stage: str) -> Callable[[EggState], str]:

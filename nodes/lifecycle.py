@@ -72,15 +72,15 @@ def make_prepare_node(deps: Deps):
             log.debug("prepare.bad_input", task=task.name, error=str(e))
             return {**update, "task": task, "status": "bad_input", "failure": one_line(str(e))}
         except ToolInfraError as e:
-            # describe runs nothing but the task file itself: when its worker dies or comes back
-            # without a description (an exit at import, an exception while building inputs), the
-            # file is what failed. `egg check` reports the same files the same way.
-            log.debug("prepare.bad_input", task=task.name, error=str(e))
+            # The machine failed (the GPU stayed full, a worker could not start), after the
+            # toolbox's retries: the run ends without a kernel, and the task is not called bad.
+            # (A task that exits or raises while loading is a BadTaskError, above.)
+            log.warning("prepare.infra_error", task=task.name, error=str(e))
             return {
                 **update,
                 "task": task,
-                "status": "bad_input",
-                "failure": f"loading the task failed: {one_line(str(e))}",
+                "status": "no_kernel",
+                "failure": f"infrastructure: describing the task failed for reasons of the machine: {one_line(str(e))}",
             }
         overrides = {
             k: v for k, v in desc.sizes_used.items() if isinstance(v, int) and desc.constants.get(k) != v
@@ -106,8 +106,10 @@ def make_finalize_node(deps: Deps):
         # The reported numbers: candidate, eager and torch.compile timed in one process.
         final = deps.toolbox.benchmark(state["task"], best.candidate.source)
         profile = deps.toolbox.profile(state["desc"], final, best.compile)
-        if final.measured is False and final.reason and "rejected" in final.reason:
-            # A measurement the toolbox refuses to believe (e.g. faster than light) is no result.
+        if state["task"].device == "cuda" and not final.measured:
+            # On a GPU the final benchmark is a last check as well: a timing the judge refuses
+            # to believe (faster than its own clock or than light, stale outputs after the
+            # timed calls) is no result.
             log.warning("finalize.rejected_timing", reason=final.reason)
             return {
                 "status": "no_kernel",

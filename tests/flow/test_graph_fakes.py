@@ -114,6 +114,23 @@ def test_bad_task_goes_straight_to_finalize():
     assert not code.requests
 
 
+def test_a_machine_fault_while_describing_is_no_kernel_not_bad_input():
+    """The GPU stayed full through the toolbox's retries: the run ends without a kernel and says
+    why; the task is not called bad input (exit 1, not 2)."""
+    from tools.errors import ToolInfraError
+
+    class FullGpu(FakeToolbox):
+        def describe(self, task, *, shrink):
+            raise ToolInfraError("describe job failed 3 times for reasons of the machine (oom): full")
+
+    code = ScriptedCode(SCRIPT)
+    deps = Deps(toolbox=FullGpu(), model_factory=lambda s, t: scripted_models(code))
+    g = build_graph(deps).compile(checkpointer=InMemorySaver())
+    out = g.invoke({"task": TASK}, {"configurable": {"thread_id": "f"}}, context=Context(device="cuda"))
+    assert out["status"] == "no_kernel" and out["failure"].startswith("infrastructure:")
+    assert not code.requests and not out.get("decisions")
+
+
 def test_replay_from_tiling_reproduces_decisions(tmp_path):
     conn = sqlite3.connect(str(tmp_path / "ck.sqlite"), check_same_thread=False)
     saver = SqliteSaver(conn, serde=serde())

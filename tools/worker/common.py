@@ -175,7 +175,7 @@ def load_task(source: str, overrides: dict[str, int]) -> LoadedTask:
         mod = load_module(src, "task")
     except SyntaxError as e:
         raise BadTask(f"task file has a syntax error at line {e.lineno}: {e.msg}") from None
-    except Exception as e:  # the task's own import failed: a bad task, not a worker fault
+    except (Exception, SystemExit) as e:  # the task's own import failed (or exited): a bad task
         raise BadTask(f"task file failed to import: {one_line(e)}") from None
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(mod, name):

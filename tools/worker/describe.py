@@ -189,23 +189,23 @@ def run_describe(job) -> dict[str, Any]:
     t = load_task(job.task_source, overrides)
     try:
         init = t.init_args()
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise task_fault(f"get_init_inputs() failed: {one_line(e)}", e) from None
     try:
         torch.manual_seed(0)
         model = t.module.Model(*init).to(device).eval()
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise task_fault(f"Model(*get_init_inputs()) failed: {one_line(e)}", e) from None
     try:
         inputs = to_device(t.inputs(1, device), device)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise task_fault(f"get_inputs() failed: {one_line(e)}", e) from None
     infos = [input_info(x) for x in inputs]
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as fc:
             out = model(*inputs)
         flops = float(fc.get_total_flops())
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise task_fault(f"Model.forward failed on get_inputs(): {one_line(e)}", e) from None
     outputs = as_outputs(out)
     for o in outputs:
