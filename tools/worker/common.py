@@ -33,15 +33,33 @@ class CandidateLoadError(Exception):
         self.kind = kind
 
 
+def _int_literal(v: ast.AST) -> int | None:
+    """The value of an int literal or of arithmetic on int literals (`16384 * 4`, `2 ** 10`)."""
+    if isinstance(v, ast.Constant) and type(v.value) is int:
+        return v.value
+    if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)):
+        a, b = _int_literal(v.left), _int_literal(v.right)
+        if a is None or b is None or (isinstance(v.op, ast.Pow) and not 0 <= b <= 64):
+            return None
+        if isinstance(v.op, ast.FloorDiv) and b == 0:
+            return None
+        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
+        if type(v.op) in ops:
+            return ops[type(v.op)]
+        return a // b if isinstance(v.op, ast.FloorDiv) else a**b
+    return None
+
+
 def int_constants(source: str) -> dict[str, int]:
-    """Module-level `NAME = <int literal>` assignments (the task's size constants)."""
+    """Module-level `NAME = <int>` assignments, the int written as a literal or as arithmetic on
+    literals (`M = 16384 * 4`): the task's size constants."""
     out: dict[str, int] = {}
     tree = ast.parse(source)
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            v = node.value
-            if isinstance(v, ast.Constant) and type(v.value) is int:
-                out[node.targets[0].id] = v.value
+            v = _int_literal(node.value)
+            if v is not None:
+                out[node.targets[0].id] = v
     return out
 
 
