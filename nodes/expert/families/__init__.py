@@ -16,6 +16,7 @@ from types import ModuleType
 from . import (
     attention,
     batchnorm,
+    cat,
     conv,
     elementwise,
     gemm,
@@ -48,4 +49,5 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("rowloss", rowloss),
     ("xent", xent),
     ("pooling", pooling),
+    ("cat", cat),
 ]
