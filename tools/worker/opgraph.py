@@ -184,6 +184,16 @@ _MODULE_ATTRS = (
     "label_smoothing",
     "divisor_override",
     "ignore_index",
+    "output_size",
+    "batch_first",
+    "bidirectional",
+    "num_layers",
+    "hidden_size",
+    "input_size",
+    "nonlinearity",
+    "embed_dim",
+    "num_heads",
+    "unflattened_size",
 )
 
 
@@ -535,4 +545,54 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
                 "dtype": dtype,
             }
         )
-    return nodes, None
+    return normalize(nodes), None
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation: spellings the families do not know, rewritten into ops they do
+# ---------------------------------------------------------------------------------------------
+
+
+def _ones(v: Any, nd: int) -> bool:
+    vals = v if isinstance(v, list) else [v] * nd
+    return len(vals) == nd and all(x == 1 for x in vals)
+
+
+def _adaptive_pool(n: dict) -> dict | None:
+    """adaptive_{avg,max}_pool{n}d to a single output element per channel -> mean / amax over
+    the pooled dims, keepdim (what global pooling computes, at any input size)."""
+    op = n["op"]
+    m = re.fullmatch(r"adaptive_(avg|max)_pool([123])d", op)
+    if m is None:
+        return None
+    nd = int(m.group(2))
+    if n["kind"] == "call_module":
+        out_size = n["module_attrs"].get("output_size")
+        if n["module_attrs"].get("return_indices"):
+            return None
+        src = n["args"][0] if n["args"] else None
+    else:
+        out_size = n["args"][1] if len(n["args"]) > 1 else n["kwargs"].get("output_size")
+        src = n["args"][0] if n["args"] else n["kwargs"].get("input")
+    if not _ones(out_size, nd) or not isinstance(src, dict) or "node" not in src:
+        return None
+    red = "mean" if m.group(1) == "avg" else "amax"
+    return {
+        **n,
+        "kind": "call_function",
+        "op": red,
+        "target": f"torch.{red}",
+        "args": [src, list(range(-nd, 0))],
+        "kwargs": {"keepdim": True},
+        "module_type": None,
+        "module_attrs": {},
+    }
+
+
+def normalize(nodes: list[dict]) -> list[dict]:
+    """Rewrite nodes into the op set the expert's families know (same names, same values)."""
+    out = []
+    for n in nodes:
+        new = _adaptive_pool(n) if n["kind"] in ("call_module", "call_function") else None
+        out.append(new if new is not None else n)
+    return out
