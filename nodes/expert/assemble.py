@@ -80,39 +80,61 @@ class _Linker:
     defs: dict[str, _Def] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
+    by_text: dict[str, str] = field(default_factory=dict)  # text with its own name blanked -> name
 
     def add(self, text: str, tag: str | None, rename_all: bool) -> dict[str, str]:
-        """Add the top-level functions of `text`; returns the renames applied to this piece."""
-        found = []
+        """Add the top-level functions of `text`; returns the renames applied to this piece.
+
+        A function whose text (after renaming what it calls) is already in the file is not
+        added again: the piece calls the existing one. Groups with the same epilogue then share
+        one kernel, which is compiled once."""
+        found: dict[str, str] = {}
         for name, src in top_level_defs(text):
             if name.startswith("import "):
                 if src not in self.imports:
                     self.imports.append(src)
             else:
-                found.append((name, src))
+                found[name] = src
         mapping: dict[str, str] = {}
-        for name, _ in found:
-            if name.startswith("_"):
+        for name in _dependency_order(found):
+            body = rename(found[name], mapping)
+            blank = rename(body, {name: "__self__"})
+            have = self.by_text.get(blank)
+            if have is not None:
+                mapping[name] = have
                 continue
-            if rename_all and tag is not None:
-                mapping[name] = f"{tag}_{name}"
-        # Shared helpers: one copy per distinct text; a clash of names gets the group's tag.
-        for name, src in found:
-            if not name.startswith("_"):
-                continue
-            have = self.defs.get(name)
-            if have is not None and have.text != rename(src, mapping):
-                mapping[name] = f"_{tag or 'x'}{name}"
-        for name, src in found:
-            new = mapping.get(name, name)
-            body = rename(src, mapping)
-            if new in self.defs:
-                if self.defs[new].text != body:
-                    raise Unsupported(f"two different definitions of {new} in one candidate")
-                continue
-            self.defs[new] = _Def(new, body, tag)
+            if name.startswith("_") or not (rename_all and tag is not None):
+                new = name
+            else:
+                new = f"{tag}_{name}"
+            k = 1
+            while new in self.defs:
+                k += 1
+                new = f"_{tag or 'x'}{k}{name}" if name.startswith("_") else f"{tag or 'x'}{k}_{name}"
+            mapping[name] = new
+            self.defs[new] = _Def(new, rename(body, {name: new}), tag)
             self.order.append(new)
+            self.by_text[blank] = new
         return mapping
+
+
+def _dependency_order(found: dict[str, str]) -> list[str]:
+    """Function names with every function before those that call it (stable otherwise)."""
+    deps = {n: (names_in(src) & set(found)) - {n} for n, src in found.items()}
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def visit(n: str) -> None:
+        if n in seen:
+            return
+        seen.add(n)
+        for d in sorted(deps[n], key=list(found).index):
+            visit(d)
+        out.append(n)
+
+    for n in found:
+        visit(n)
+    return out
 
 
 def top_level_defs(text: str) -> list[tuple[str, str]]:

@@ -42,6 +42,8 @@ class GraphView:
     # Every value forward returns, in order (one for most tasks; `output` is the first).
     outputs: list[str] = field(default_factory=list)
     tuple_output: bool = False  # forward returns a tuple (even of one value)
+    # A group's sub-view names its values canonically; this maps them back to the graph's names.
+    origin: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, desc: TaskDescription) -> GraphView:

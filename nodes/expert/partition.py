@@ -27,7 +27,7 @@ from graph.records import OpNode
 from . import ewops
 from .families import FAMILIES
 from .families import library as libfam
-from .graphview import GraphView, Leaf, Unsupported
+from .graphview import GraphView, Leaf, Unsupported, is_node
 from .hostops import is_host, is_scalar
 
 # A candidate group holds at most this many non-elementwise ops and nodes (bounds the search;
@@ -74,26 +74,54 @@ def value_var(view: GraphView, name: str) -> str:
 
 def sub_view(view: GraphView, nodes: list[str], output: str) -> GraphView:
     """`view` restricted to `nodes` ending in `output`: every value read from outside is a leaf
-    (a forward argument / parameter as before, or an earlier group's tensor `v_<node>`)."""
+    (a forward argument / parameter as before, or an earlier group's tensor `v_<node>`).
+
+    Names are canonical (outside values i0, i1, ...; the group's nodes n0, n1, ... in order;
+    `origin` maps them back), so two groups of the same structure generate the same text and the
+    file keeps one kernel for both."""
     inside = set(nodes)
-    leaves = dict(view.leaves)
-    users: dict[str, list[str]] = {}
+    ext: list[str] = []
     for name in nodes:
         for r in view.refs(view.nodes[name]):
-            users.setdefault(r, []).append(name)
-            if r not in inside and r not in leaves:
-                src = view.nodes[r]
-                leaves[r] = Leaf(r, f"v_{r}", src.shape, is_scalar=src.shape is None)
+            if r not in inside and r not in ext:
+                ext.append(r)
+    names = {r: f"i{k}" for k, r in enumerate(ext)} | {n: f"n{k}" for k, n in enumerate(nodes)}
+
+    def fix(x: Any) -> Any:
+        if is_node(x):
+            return {"node": names[view.resolve(x["node"])]}
+        if isinstance(x, list):
+            return [fix(y) for y in x]
+        if isinstance(x, dict):
+            return {k: fix(y) for k, y in x.items()}
+        return x
+
+    new: dict[str, OpNode] = {}
+    leaves: dict[str, Leaf] = {}
+    users: dict[str, list[str]] = {}
+    for r in ext:
+        src, lf, c = view.nodes[r], view.leaves.get(r), names[r]
+        new[c] = src.model_copy(update={"name": c, "args": [], "kwargs": {}})
+        scalar = lf.is_scalar if lf is not None else src.shape is None
+        leaves[c] = Leaf(c, lf.expr if lf is not None else f"v_{r}", src.shape, is_scalar=scalar)
+    for n in nodes:
+        src = view.nodes[n]
+        new[names[n]] = src.model_copy(
+            update={"name": names[n], "args": fix(src.args), "kwargs": fix(src.kwargs)}
+        )
+        for r in view.refs(src):
+            users.setdefault(names[r], []).append(names[n])
     return GraphView(
         desc=view.desc,
-        nodes=view.nodes,
-        order=view.order,
+        nodes=new,
+        order=[names[x] for x in ext + nodes],
         users=users,
-        alias=view.alias,
+        alias={},
         forward_args=view.forward_args,
         leaves=leaves,
-        output=output,
-        outputs=[output],
+        output=names[output],
+        outputs=[names[output]],
+        origin={c: o for o, c in names.items()},
     )
 
 

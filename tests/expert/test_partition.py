@@ -151,9 +151,10 @@ def test_each_family_matches_its_group_sub_view(pdescs):
         view = GraphView.of(pdescs[name])
         for g in partition(view).kernel_groups():
             sv = sub_view(view, g.nodes, g.output)
-            assert {n.name for n in sv.compute_nodes()} == set(g.nodes), (name, g.tag)
+            assert {sv.origin[n.name] for n in sv.compute_nodes()} == set(g.nodes), (name, g.tag)
+            leaves = {sv.origin[k]: lf for k, lf in sv.leaves.items()}
             for r in g.inputs:
-                assert r in sv.leaves, (name, g.tag, r)
+                assert r in leaves and leaves[r].expr in (f"v_{r}", view.leaves.get(r, leaves[r]).expr)
             assert g.fam.match(sv) is not None, (name, g.tag)
 
 
