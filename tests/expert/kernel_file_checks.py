@@ -28,6 +28,7 @@ red = load("reduce")
 xent = load("xent")
 rowloss = load("rowloss")
 cat = load("cat")
+tri = load("tri")
 
 
 @triton.jit
@@ -101,6 +102,13 @@ def check_cat() -> None:
     close(
         cat.launch_cat([a.transpose(0, 2), a.transpose(0, 2)], 0), torch.cat([a.transpose(0, 2)] * 2, 0), 0.0
     )
+
+
+def check_tri() -> None:
+    x = torch.randn(2, 5, 7)
+    for d in (-1, 0, 2):
+        close(tri.launch_tri(x, d, False), torch.tril(x, d), 0.0)
+        close(tri.launch_tri(x, d, True), torch.triu(x, d), 0.0)
 
 
 if __name__ == "__main__":

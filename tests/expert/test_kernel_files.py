@@ -40,6 +40,7 @@ def results() -> dict[str, str]:
         "check_xent",
         "check_rowloss_sum",
         "check_cat",
+        "check_tri",
     ],
 )
 def test_kernel_file_runs_under_interpreter(results, check):

@@ -589,10 +589,139 @@ def _adaptive_pool(n: dict) -> dict | None:
     }
 
 
+def _node(
+    name: str, kind: str, op: str, target: str, args: list, shape: list[int] | None, dtype: Any
+) -> dict:
+    return {
+        "name": name,
+        "kind": kind,
+        "op": op,
+        "target": target,
+        "args": args,
+        "kwargs": {},
+        "module_type": None,
+        "module_attrs": {},
+        "shape": shape,
+        "dtype": dtype,
+    }
+
+
+def _einsum(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
+    """A two-operand einsum as views around one batched matmul: permute each operand to
+    (batch, free, contracted) / (batch, contracted, free), merge each group into one dim (sizes
+    read from the operands at run time), matmul, split the dims back and permute to the output
+    order. None for what this does not cover (ellipsis, repeated or summed-out indices)."""
+    args = n["args"]
+    if n["op"] != "einsum" or not args or not isinstance(args[0], str):
+        return None
+    ops = args[1:]
+    if len(ops) == 1 and isinstance(ops[0], list):
+        ops = ops[0]
+    eq = args[0].replace(" ", "")
+    if (
+        len(ops) != 2
+        or "..." in eq
+        or "->" not in eq
+        or not all(isinstance(o, dict) and "node" in o for o in ops)
+    ):
+        return None
+    lhs, out_idx = eq.split("->")
+    if lhs.count(",") != 1:
+        return None
+    a_idx, b_idx = lhs.split(",")
+    sa, sb = (by_name[o["node"]]["shape"] for o in ops)
+    if sa is None or sb is None or len(sa) != len(a_idx) or len(sb) != len(b_idx):
+        return None
+    if any(len(set(x)) != len(x) for x in (a_idx, b_idx, out_idx)):
+        return None
+    batch = [c for c in out_idx if c in a_idx and c in b_idx]
+    contr = [c for c in a_idx if c in b_idx and c not in out_idx]
+    left = [c for c in out_idx if c in a_idx and c not in b_idx]
+    right = [c for c in out_idx if c in b_idx and c not in a_idx]
+    if set(a_idx) != set(batch + contr + left) or set(b_idx) != set(batch + contr + right):
+        return None
+    size = {c: sa[a_idx.index(c)] for c in a_idx} | {c: sb[b_idx.index(c)] for c in b_idx}
+    name, dtype = n["name"], n["dtype"]
+    new: list[dict] = []
+    k = [0]
+
+    def fresh() -> str:
+        k[0] += 1
+        return f"{name}_e{k[0]}"
+
+    def size_of(c: str) -> Any:
+        """A run-time size node of index c (read from the operand that has it)."""
+        src, idx = (ops[0], a_idx) if c in a_idx else (ops[1], b_idx)
+        m = fresh()
+        new.append(_node(m, "call_method", "size", "size", [src, idx.index(c)], None, None))
+        return {"node": m}
+
+    def product(cs: list[str]) -> Any:
+        if not cs:
+            return 1
+        acc = size_of(cs[0])
+        for c in cs[1:]:
+            m = fresh()
+            new.append(_node(m, "call_function", "mul", "operator.mul", [acc, size_of(c)], None, None))
+            acc = {"node": m}
+        return acc
+
+    def permuted(src: dict, idx: str, order: list[str]) -> tuple[dict, list[int]]:
+        perm = [idx.index(c) for c in order]
+        shape = [size[c] for c in order]
+        if perm == list(range(len(perm))):
+            return src, shape
+        m = fresh()
+        new.append(_node(m, "call_method", "permute", "permute", [src, perm], shape, dtype))
+        return {"node": m}, shape
+
+    def merged(src: dict, groups: list[list[str]]) -> dict:
+        m = fresh()
+        shape = [math.prod(size[c] for c in g) for g in groups]
+        new.append(
+            _node(m, "call_method", "reshape", "reshape", [src, [product(g) for g in groups]], shape, dtype)
+        )
+        return {"node": m}
+
+    pa, _ = permuted(ops[0], a_idx, batch + left + contr)
+    pb, _ = permuted(ops[1], b_idx, batch + contr + right)
+    ra = merged(pa, [batch, left, contr])
+    rb = merged(pb, [batch, contr, right])
+    mm = fresh()
+    nb, nl, nr = (math.prod(size[c] for c in g) for g in (batch, left, right))
+    new.append(_node(mm, "call_function", "matmul", "torch.matmul", [ra, rb], [nb, nl, nr], dtype))
+    split = batch + left + right
+    perm = [split.index(c) for c in out_idx]
+    last = name if perm == list(range(len(perm))) else fresh()
+    new.append(
+        _node(
+            last,
+            "call_method",
+            "reshape",
+            "reshape",
+            [{"node": mm}, [size_of(c) for c in split]],
+            [size[c] for c in split],
+            dtype,
+        )
+    )
+    if last != name:
+        new.append(
+            _node(name, "call_method", "permute", "permute", [{"node": last}, perm], n["shape"], dtype)
+        )
+    return new
+
+
 def normalize(nodes: list[dict]) -> list[dict]:
     """Rewrite nodes into the op set the expert's families know (same names, same values)."""
-    out = []
+    out: list[dict] = []
+    by_name: dict[str, dict] = {}
     for n in nodes:
-        new = _adaptive_pool(n) if n["kind"] in ("call_module", "call_function") else None
-        out.append(new if new is not None else n)
+        if n["kind"] in ("call_module", "call_function", "call_method"):
+            new = _adaptive_pool(n)
+            rewritten = [new] if new is not None else _einsum(n, by_name)
+        else:
+            rewritten = None
+        for m in rewritten or [n]:
+            out.append(m)
+            by_name[m["name"]] = m
     return out

@@ -28,6 +28,7 @@ from . import (
     rownorm,
     scan,
     softmax,
+    tri,
     xent,
 )
 
@@ -50,4 +51,5 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("xent", xent),
     ("pooling", pooling),
     ("cat", cat),
+    ("tri", tri),
 ]
