@@ -29,6 +29,7 @@ xent = load("xent")
 rowloss = load("rowloss")
 cat = load("cat")
 tri = load("tri")
+rnn = load("rnn")
 
 
 @triton.jit
@@ -109,6 +110,29 @@ def check_tri() -> None:
     for d in (-1, 0, 2):
         close(tri.launch_tri(x, d, False), torch.tril(x, d), 0.0)
         close(tri.launch_tri(x, d, True), torch.triu(x, d), 0.0)
+
+
+def check_rnn() -> None:
+    torch.manual_seed(0)
+    for cls, gates, step, extra in (
+        (torch.nn.LSTM, 4, rnn.lstm_step_kernel, {}),
+        (torch.nn.GRU, 3, rnn.gru_step_kernel, {}),
+        (torch.nn.RNN, 1, rnn.rnn_step_kernel, {"RELU": False}),
+    ):
+        for hidden in (20, 130):  # registers-resident sequence kernel, then per-step kernels
+            m = cls(7, hidden, num_layers=2, bidirectional=True, batch_first=True).eval()
+            x = torch.randn(3, 5, 7)
+            h0 = torch.randn(4, 3, hidden)
+            hx = (h0, torch.randn(4, 3, hidden)) if gates == 4 else h0
+            with torch.no_grad():
+                want = m(x, hx)
+                got = rnn.launch_recurrent(m, x, hx, step, gates, extra)
+            close(got[0], want[0], 1e-4)
+            if gates == 4:
+                close(got[1][0], want[1][0], 1e-4)
+                close(got[1][1], want[1][1], 1e-4)
+            else:
+                close(got[1], want[1], 1e-4)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ def results() -> dict[str, str]:
         "check_rowloss_sum",
         "check_cat",
         "check_tri",
+        "check_rnn",
     ],
 )
 def test_kernel_file_runs_under_interpreter(results, check):

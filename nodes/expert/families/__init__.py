@@ -24,6 +24,7 @@ from . import (
     libconv,
     pooling,
     reduction,
+    rnn,
     rowloss,
     rownorm,
     scan,
@@ -52,4 +53,5 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("pooling", pooling),
     ("cat", cat),
     ("tri", tri),
+    ("rnn", rnn),
 ]
