@@ -137,6 +137,16 @@ _MODULE_OPS: dict[str, str] = {
     "CrossEntropyLoss": "cross_entropy",
     "TripletMarginLoss": "triplet_margin_loss",
     "CosineSimilarity": "cosine_similarity",
+    "LSTM": "lstm",
+    "GRU": "gru",
+    "RNN": "rnn",
+    "MultiheadAttention": "multihead_attention",
+    "AdaptiveAvgPool1d": "adaptive_avg_pool1d",
+    "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
+    "AdaptiveAvgPool3d": "adaptive_avg_pool3d",
+    "AdaptiveMaxPool1d": "adaptive_max_pool1d",
+    "AdaptiveMaxPool2d": "adaptive_max_pool2d",
+    "AdaptiveMaxPool3d": "adaptive_max_pool3d",
 }
 
 # Constructor attributes worth reporting for call_module nodes (when the module has them).
@@ -194,6 +204,7 @@ _MODULE_ATTRS = (
     "embed_dim",
     "num_heads",
     "unflattened_size",
+    "proj_size",
 )
 
 
@@ -269,6 +280,12 @@ def _module_attrs(mod: nn.Module) -> dict[str, Any]:
     # `bias` is a tensor attribute; what the generator needs is whether it exists.
     if hasattr(mod, "bias") and isinstance(mod.bias, (torch.Tensor, type(None))):
         out["bias"] = mod.bias is not None
+    if isinstance(mod, nn.MultiheadAttention):
+        out["packed_in_proj"] = bool(mod._qkv_same_embed_dim) and mod.in_proj_weight is not None
+        out["in_proj_bias"] = mod.in_proj_bias is not None
+        out["out_proj_bias"] = mod.out_proj.bias is not None
+        out["bias_kv"] = mod.bias_k is not None
+        out["add_zero_attn"] = bool(mod.add_zero_attn)
     return out
 
 
@@ -711,6 +728,104 @@ def _einsum(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
     return new
 
 
+def _mha(n: dict, nodes: list[dict]) -> list[dict] | None:
+    """nn.MultiheadAttention self-attention (query, key and value one tensor, no masks, packed
+    input projection) as the ops it computes: one linear with in_proj_weight, the head split as
+    views, scaled_dot_product_attention, the heads merged back, and out_proj. The module's
+    (output, weights) tuple: `getitem(attn, 0)` becomes the output; the weights are not built."""
+    a = n["module_attrs"]
+    if n["kind"] != "call_module" or n["op"] != "multihead_attention":
+        return None
+    if not a.get("packed_in_proj") or a.get("bias_kv") or a.get("add_zero_attn"):
+        return None
+    q, k, v = (n["args"] + [None, None, None])[:3]
+    k = k if k is not None else n["kwargs"].get("key")
+    v = v if v is not None else n["kwargs"].get("value")
+    if not (isinstance(q, dict) and "node" in q) or q != k or q != v:
+        return None
+    if any(n["kwargs"].get(m) is not None for m in ("key_padding_mask", "attn_mask")):
+        return None
+    if n["kwargs"].get("is_causal"):
+        return None
+    users = [u for u in nodes if _refs(u, n["name"])]
+    if any(u["op"] != "getitem" or u["args"][1] != 0 for u in users if u["kind"] != "output"):
+        return None  # the attention weights are used: not rewritten
+    name, dtype, shape = n["name"], n["dtype"], n["shape"]
+    mod, heads = n["target"], int(a["num_heads"])
+    seq_dim, batch_dim = (1, 0) if a.get("batch_first") else (0, 1)
+    e = int(a["embed_dim"])
+    new: list[dict] = []
+
+    def add(op: str, kind: str, target: str, args: list, shape: Any, kwargs: dict | None = None) -> dict:
+        m = f"{name}_m{len(new) + 1}"
+        node = _node(m, kind, op, target, args, shape, dtype if shape is not None else None)
+        node["kwargs"] = kwargs or {}
+        new.append(node)
+        return {"node": m}
+
+    def param(attr: str, pshape: list[int]) -> dict:
+        m = f"{name}_m{len(new) + 1}"
+        new.append(_node(m, "get_attr", "param", f"{mod}.{attr}", [], pshape, dtype))
+        return {"node": m}
+
+    sl, nb = shape[seq_dim], shape[batch_dim]
+    hd = e // heads
+    w_in = param("in_proj_weight", [3 * e, e])
+    b_in = param("in_proj_bias", [3 * e]) if a.get("in_proj_bias") else None
+    qkv = add("linear", "call_function", "torch.nn.functional.linear", [q, w_in, b_in], shape[:2] + [3 * e])
+    parts = add("chunk", "call_method", "chunk", [qkv, 3, -1], shape[:2] + [e])
+    s_len = add("size", "call_method", "size", [q, seq_dim], None)
+    s_b = add("size", "call_method", "size", [q, batch_dim], None)
+    s_e = add("size", "call_method", "size", [q, 2], None)
+    s_hd = add("floor_divide", "call_function", "operator.floordiv", [s_e, heads], None)
+    s_bh = add("mul", "call_function", "operator.mul", [s_b, heads], None)
+    heads_out = []
+    for i in range(3):
+        t = add("getitem", "call_function", "operator.getitem", [parts, i], shape[:2] + [e])
+        if seq_dim == 1:  # batch_first: (N, L, E) -> (L, N, E)
+            t = add("transpose", "call_method", "transpose", [t, 0, 1], [sl, nb, e])
+        heads_out.append(
+            add("reshape", "call_method", "reshape", [t, [s_len, s_bh, s_hd]], [sl, nb * heads, hd])
+        )
+    qh, kh, vh = (
+        add("transpose", "call_method", "transpose", [t, 0, 1], [nb * heads, sl, hd]) for t in heads_out
+    )
+    att = add(
+        "scaled_dot_product_attention",
+        "call_function",
+        "torch.nn.functional.scaled_dot_product_attention",
+        [qh, kh, vh],
+        [nb * heads, sl, hd],
+    )
+    att = add("transpose", "call_method", "transpose", [att, 0, 1], [sl, nb * heads, hd])
+    att = add("reshape", "call_method", "reshape", [att, [s_len, s_b, s_e]], [sl, nb, e])
+    if seq_dim == 1:
+        att = add("transpose", "call_method", "transpose", [att, 0, 1], [nb, sl, e])
+    w_out = param("out_proj.weight", [e, e])
+    b_out = param("out_proj.bias", [e]) if a.get("out_proj_bias") else None
+    out = add("linear", "call_function", "torch.nn.functional.linear", [att, w_out, b_out], shape)
+    for u in users:
+        if u["kind"] != "output":
+            u.update(op="identity", kind="call_function", target="identity", args=[out], kwargs={})
+    return new
+
+
+def _refs(n: dict, name: str) -> bool:
+    found = False
+
+    def walk(x: Any) -> None:
+        nonlocal found
+        if isinstance(x, dict) and x.get("node") == name:
+            found = True
+        elif isinstance(x, (list, dict)):
+            for y in x.values() if isinstance(x, dict) else x:
+                walk(y)
+
+    walk(n["args"])
+    walk(n["kwargs"])
+    return found
+
+
 def normalize(nodes: list[dict]) -> list[dict]:
     """Rewrite nodes into the op set the expert's families know (same names, same values)."""
     out: list[dict] = []
@@ -718,7 +833,7 @@ def normalize(nodes: list[dict]) -> list[dict]:
     for n in nodes:
         if n["kind"] in ("call_module", "call_function", "call_method"):
             new = _adaptive_pool(n)
-            rewritten = [new] if new is not None else _einsum(n, by_name)
+            rewritten = [new] if new is not None else (_einsum(n, by_name) or _mha(n, nodes))
         else:
             rewritten = None
         for m in rewritten or [n]:
