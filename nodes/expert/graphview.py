@@ -12,7 +12,18 @@ from typing import Any
 from graph.records import OpNode, ScalarInfo, TaskDescription
 
 # Ops that only rename/copy a tensor (no arithmetic); the planner looks through them.
-PASSTHROUGH = {"identity", "contiguous", "clone", "dropout", "dropout1d", "dropout2d", "alpha_dropout"}
+PASSTHROUGH = {
+    "identity",
+    "contiguous",
+    "clone",
+    "detach",
+    "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+}
 
 
 class Unsupported(Exception):
@@ -72,10 +83,13 @@ class GraphView:
                 and n.op in PASSTHROUGH
                 or (n.kind != "call_module" and n.op in PASSTHROUGH)
             ):
-                if n.op.startswith("dropout") or n.op == "alpha_dropout":
-                    p = n.module_attrs.get("p", arg_value(n, 1, "p", 0.5))
-                    if p not in (0, 0.0):
-                        raise Unsupported(f"{n.op}(p={p}) is random in training mode")
+                if "dropout" in n.op and n.kind != "call_module":
+                    # A Dropout module is the identity in eval mode (how the checker runs both
+                    # models); the functional form drops unless told it is not training.
+                    p = arg_value(n, 1, "p", 0.5)
+                    training = arg_value(n, 2, "training", True)
+                    if p not in (0, 0.0) and training is not False:
+                        raise Unsupported(f"{n.op}(p={p}, training=True) is random")
                 src = n.args[0] if n.args else None
                 if isinstance(src, dict) and "node" in src:
                     v.alias[n.name] = src["node"]

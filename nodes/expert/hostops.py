@@ -51,6 +51,8 @@ VIEW_OPS = {
     "stride",
     "is_contiguous",
 }
+# Reductions returning (values, indices) when given a dim.
+TUPLE_REDUCTIONS = {"max", "min", "median", "mode", "kthvalue"}
 _BINARY = {
     "add": "+",
     "sub": "-",
@@ -71,7 +73,11 @@ def is_host(view: GraphView, n: OpNode) -> bool:
         return n.op in _MODULE_VIEWS
     if n.op in VIEW_OPS:
         if n.op == "getitem":
-            # Indexing by a tensor is a gather (compute), not a view.
+            # Indexing by a tensor is a gather (compute), not a view; picking the values or the
+            # indices of max/min(dim) belongs with the reduction that makes the pair.
+            src = n.args[0] if n.args else None
+            if is_node(src) and view.nodes[view.resolve(src["node"])].op in TUPLE_REDUCTIONS:
+                return False
             return not any(view.nodes[r].shape is not None for r in _index_refs(view, n))
         return True
     return is_scalar(view, n)

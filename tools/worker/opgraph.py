@@ -441,6 +441,9 @@ def _constant_node(
     tri = _tri_mask(value)
     if tri is not None:
         return "tri_mask", tri
+    if value.numel() == 1 and value.dim() == 0 and value.dtype.is_floating_point:
+        # torch.tensor(self.c) built in forward: a number, written into the ops that read it
+        return "scalar_constant", {"value": _jsonable(float(value.item()))}
     return "tensor_constant", {}
 
 
@@ -826,13 +829,42 @@ def _refs(n: dict, name: str) -> bool:
     return found
 
 
+def _substitute(x: Any, values: dict[str, Any]) -> Any:
+    if isinstance(x, dict) and set(x) == {"node"} and x["node"] in values:
+        return values[x["node"]]
+    if isinstance(x, list):
+        return [_substitute(y, values) for y in x]
+    if isinstance(x, dict):
+        return {k: _substitute(y, values) for k, y in x.items()}
+    return x
+
+
+def _binary_min_max(n: dict) -> dict | None:
+    """torch.min/max(a, b) of two tensors (not a dim) is the elementwise minimum/maximum."""
+    if n["op"] not in ("min", "max") or len(n["args"]) < 2:
+        return None
+    other = n["args"][1]
+    if isinstance(other, (int, bool)) or (isinstance(other, dict) and "node" not in other):
+        return None  # a dim
+    if isinstance(other, list):
+        return None
+    return {**n, "op": "minimum" if n["op"] == "min" else "maximum"}
+
+
 def normalize(nodes: list[dict]) -> list[dict]:
     """Rewrite nodes into the op set the expert's families know (same names, same values)."""
     out: list[dict] = []
     by_name: dict[str, dict] = {}
+    scalars = {n["name"]: n["kwargs"]["value"] for n in nodes if n["op"] == "scalar_constant"}
+    if scalars:
+        nodes = [
+            {**n, "args": _substitute(n["args"], scalars), "kwargs": _substitute(n["kwargs"], scalars)}
+            for n in nodes
+            if n["name"] not in scalars
+        ]
     for n in nodes:
         if n["kind"] in ("call_module", "call_function", "call_method"):
-            new = _adaptive_pool(n)
+            new = _adaptive_pool(n) or _binary_min_max(n)
             rewritten = [new] if new is not None else (_einsum(n, by_name) or _mha(n, nodes))
         else:
             rewritten = None
