@@ -119,7 +119,7 @@ def check_rnn() -> None:
         (torch.nn.GRU, 3, rnn.gru_step_kernel, {}),
         (torch.nn.RNN, 1, rnn.rnn_step_kernel, {"RELU": False}),
     ):
-        for hidden in (20, 130):  # registers-resident sequence kernel, then per-step kernels
+        for hidden in (20, 70):  # registers-resident sequence kernel, then per-step kernels
             m = cls(7, hidden, num_layers=2, bidirectional=True, batch_first=True).eval()
             x = torch.randn(3, 5, 7)
             h0 = torch.randn(4, 3, hidden)

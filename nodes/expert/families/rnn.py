@@ -25,7 +25,6 @@ KERNELS = kernel_source(
     "lstm_step_kernel",
     "gru_step_kernel",
     "rnn_step_kernel",
-    "_seq_pre",
     "recurrent_seq_kernel",
 )
 LAUNCH = kernel_source("rnn.py", "_rnn_linear", "launch_recurrent")

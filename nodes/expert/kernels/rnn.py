@@ -158,71 +158,61 @@ def rnn_step_kernel(
 
 
 @triton.jit
-def _seq_pre(
-    h, w_ptr, b_ptr, gx_ptr, rb, rj, B, H, gate, n_gates, HAS_BIAS: tl.constexpr, BLOCK_H: tl.constexpr
-):
-    # one gate's pre-activation from the hidden state held in registers (all H units)
-    rk = tl.arange(0, BLOCK_H)
-    w = tl.load(
-        w_ptr + (gate * H + rj)[None, :] * H + rk[:, None],
-        mask=(rj < H)[None, :] & (rk < H)[:, None],
-        other=0.0,
-    )
-    a = tl.dot(h, w, input_precision="ieee")
-    m = (rb < B)[:, None] & (rj < H)[None, :]
-    a += tl.load(gx_ptr + rb[:, None] * (n_gates * H) + gate * H + rj[None, :], mask=m, other=0.0)
-    if HAS_BIAS:
-        a += tl.load(b_ptr + gate * H + rj, mask=rj < H, other=0.0)[None, :]
-    return a
-
-
-@triton.jit
 def recurrent_seq_kernel(
     gx_ptr, h0_ptr, c0_ptr, w_ptr, b_ptr, out_ptr, hn_ptr, cn_ptr, T, B, H, s_gt, s_ot, s_ob,
     KIND: tl.constexpr, REVERSE: tl.constexpr, RELU: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     # A whole sequence in one launch: each program owns BLOCK_B batch rows and every hidden unit,
-    # so the state stays in registers across steps (rows are independent; units are not).
-    # KIND 0: LSTM (i, f, g, o), 1: GRU (r, z, n), 2: plain RNN.
+    # so the state stays in registers across steps (rows are independent; units are not), and so
+    # do W_hh and b_hh, loaded once. KIND 0: LSTM (i, f, g, o), 1: GRU (r, z, n), 2: plain RNN.
+    NG: tl.constexpr = 4 if KIND == 0 else (3 if KIND == 1 else 1)
     rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rj = tl.arange(0, BLOCK_H)
     m = (rb < B)[:, None] & (rj < H)[None, :]
+    bm = rj < H
+    wm = bm[None, :] & bm[:, None]
     off = rb[:, None] * H + rj[None, :]
+    w0 = w_ptr + rj[None, :] * H + rj[:, None]  # W_hh[j, k] at [k, j]: the transposed tile
+    wa = tl.load(w0, mask=wm, other=0.0)
+    wb = tl.load(w0 + H * H, mask=wm & (NG > 1), other=0.0)
+    wc = tl.load(w0 + 2 * H * H, mask=wm & (NG > 2), other=0.0)
+    wd = tl.load(w0 + 3 * H * H, mask=wm & (NG > 3), other=0.0)
+    ba = tl.load(b_ptr + rj, mask=bm & HAS_BIAS, other=0.0)[None, :]
+    bb = tl.load(b_ptr + H + rj, mask=bm & HAS_BIAS & (NG > 1), other=0.0)[None, :]
+    bc = tl.load(b_ptr + 2 * H + rj, mask=bm & HAS_BIAS & (NG > 2), other=0.0)[None, :]
+    bd = tl.load(b_ptr + 3 * H + rj, mask=bm & HAS_BIAS & (NG > 3), other=0.0)[None, :]
+    g0 = gx_ptr + rb[:, None] * (NG * H) + rj[None, :]
+    o0 = out_ptr + rb[:, None] * s_ob + rj[None, :]
     h = tl.load(h0_ptr + off, mask=m, other=0.0)
     c = tl.load(c0_ptr + off, mask=m, other=0.0)
     for s in range(0, T):
         t = T - 1 - s if REVERSE else s
-        gx = gx_ptr + t * s_gt
+        gx = g0 + t * s_gt
+        a = tl.dot(h, wa, input_precision="ieee") + ba
         if KIND == 0:
-            i = _rnn_sigmoid(_seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 0, 4, HAS_BIAS, BLOCK_H))
-            f = _rnn_sigmoid(_seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 1, 4, HAS_BIAS, BLOCK_H))
-            g = _rnn_tanh(_seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 2, 4, HAS_BIAS, BLOCK_H))
-            o = _rnn_sigmoid(_seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 3, 4, HAS_BIAS, BLOCK_H))
+            i = _rnn_sigmoid(a + tl.load(gx, mask=m, other=0.0))
+            f = _rnn_sigmoid(tl.dot(h, wb, input_precision="ieee") + bb + tl.load(gx + H, mask=m, other=0.0))
+            g = _rnn_tanh(tl.dot(h, wc, input_precision="ieee") + bc + tl.load(gx + 2 * H, mask=m, other=0.0))
+            o = _rnn_sigmoid(
+                tl.dot(h, wd, input_precision="ieee") + bd + tl.load(gx + 3 * H, mask=m, other=0.0)
+            )
             c = tl.where(m, f * c + i * g, 0.0)
             h = tl.where(m, o * _rnn_tanh(c), 0.0)
         elif KIND == 1:
-            r = _rnn_sigmoid(_seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 0, 3, HAS_BIAS, BLOCK_H))
-            z = _rnn_sigmoid(_seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 1, 3, HAS_BIAS, BLOCK_H))
-            rk = tl.arange(0, BLOCK_H)
-            w = tl.load(
-                w_ptr + (2 * H + rj)[None, :] * H + rk[:, None],
-                mask=(rj < H)[None, :] & (rk < H)[:, None],
-                other=0.0,
-            )
-            hn = tl.dot(h, w, input_precision="ieee")
-            if HAS_BIAS:
-                hn += tl.load(b_ptr + 2 * H + rj, mask=rj < H, other=0.0)[None, :]
-            xn = tl.load(gx + rb[:, None] * (3 * H) + 2 * H + rj[None, :], mask=m, other=0.0)
-            n = _rnn_tanh(xn + r * hn)
+            r = _rnn_sigmoid(a + tl.load(gx, mask=m, other=0.0))
+            z = _rnn_sigmoid(tl.dot(h, wb, input_precision="ieee") + bb + tl.load(gx + H, mask=m, other=0.0))
+            # n = tanh(x W_in + b_in + r * (h W_hn + b_hn)): the hidden part is scaled by r
+            hn = tl.dot(h, wc, input_precision="ieee") + bc
+            n = _rnn_tanh(tl.load(gx + 2 * H, mask=m, other=0.0) + r * hn)
             h = tl.where(m, (1.0 - z) * n + z * h, 0.0)
         else:
-            a = _seq_pre(h, w_ptr, b_ptr, gx, rb, rj, B, H, 0, 1, HAS_BIAS, BLOCK_H)
+            a += tl.load(gx, mask=m, other=0.0)
             if RELU:
                 h = tl.where(m, tl.maximum(a, 0.0), 0.0)
             else:
                 h = tl.where(m, _rnn_tanh(a), 0.0)
-        tl.store(out_ptr + t * s_ot + rb[:, None] * s_ob + rj[None, :], h, mask=m)
+        tl.store(o0 + t * s_ot, h, mask=m)
     tl.store(hn_ptr + off, h, mask=m)
     tl.store(cn_ptr + off, c, mask=m)
 
@@ -284,7 +274,7 @@ def launch_recurrent(m, x, hx, step, gates, extra):
             c = c0[layer * D + d].contiguous().float().clone()
             w = w_hh.contiguous()
             bias = w if b_hh is None else b_hh.contiguous()
-            if H <= 128:
+            if H <= 64:
                 # The state of a block of rows fits in registers: the whole sequence in one
                 # launch per layer and direction; above that, one launch per time step.
                 hh, cc = torch.empty_like(h), torch.empty_like(c)
