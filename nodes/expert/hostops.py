@@ -50,6 +50,10 @@ VIEW_OPS = {
     "nelement",
     "stride",
     "is_contiguous",
+    # dtype / device moves (the checker counts _to_copy as data movement, not compute)
+    "to",
+    "type_as",
+    "float",
 }
 # Reductions returning (values, indices) when given a dim.
 TUPLE_REDUCTIONS = {"max", "min", "median", "mode", "kthvalue"}

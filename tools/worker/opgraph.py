@@ -18,6 +18,7 @@ family can compute it from indices; any other constant is an opaque `tensor_cons
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 import re
@@ -474,6 +475,28 @@ def _shape_only_tensors(gm: torch.fx.GraphModule) -> list[str]:
     return found
 
 
+def _traced(gm: torch.fx.GraphModule, model: torch.nn.Module) -> torch.fx.GraphModule:
+    """The traced module with every attribute the graph reads restored from a fresh copy of
+    `model`: a forward that assigns to self (`self.h = torch.tanh(...)`) leaves a proxy of the
+    trace in the traced root, which shape propagation would then extend instead of running."""
+    clean = copy.deepcopy(model)
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        *path, last = str(n.target).split(".")
+        src: Any = clean
+        dst: Any = gm
+        try:
+            for p in path:
+                src, dst = getattr(src, p), getattr(dst, p)
+            value = getattr(src, last)
+        except AttributeError:
+            continue  # an fx constant the trace created
+        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+            setattr(dst, last, value)
+    return gm
+
+
 def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], str | None]:
     """Trace `model` and propagate shapes with `example_inputs`.
 
@@ -482,11 +505,13 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
     own_attrs = set(vars(model))
     own_attrs |= {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
     try:
-        gm = torch.fx.symbolic_trace(model)
+        # Each trace gets its own copy: a forward that assigns to self (self.h = ...) would
+        # otherwise leave a proxy of this trace in the module for the next trace to extend.
+        gm = _traced(torch.fx.symbolic_trace(copy.deepcopy(model)), model)
     except Exception as e:  # shape-derived Python values, data-dependent control flow...
         first = f"torch.fx symbolic_trace failed: {type(e).__name__}: {str(e)[:300]}"
         try:
-            gm = _concrete_trace(model, example_inputs)
+            gm = _traced(_concrete_trace(copy.deepcopy(model), example_inputs), model)
         except Exception as e2:  # data-dependent control flow etc.: a description, not a crash
             return [], f"{first}; concrete-shape trace failed: {type(e2).__name__}: {str(e2)[:200]}"
     try:
@@ -498,7 +523,7 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
         # Masks/positions built from traced sizes: trace again with concrete shapes so they become
         # constants (and canonical tri_mask nodes); keep the symbolic graph if that fails.
         try:
-            cgm = _concrete_trace(model, example_inputs)
+            cgm = _traced(_concrete_trace(copy.deepcopy(model), example_inputs), model)
             with torch.no_grad():
                 ShapeProp(cgm).propagate(*example_inputs)
             gm = cgm
@@ -851,8 +876,35 @@ def _binary_min_max(n: dict) -> dict | None:
     return {**n, "op": "minimum" if n["op"] == "min" else "maximum"}
 
 
+def _state_copies(nodes: list[dict]) -> list[dict]:
+    """`self.h.copy_(x)` then reads of `self.h`: module state overwritten in forward. Reads after
+    the copy see x, so they (and the copy) become x itself; the candidate needs no state."""
+    by_name = {n["name"]: n for n in nodes}
+    written: dict[str, dict] = {}
+    out = []
+    for n in nodes:
+        if n["kind"] == "get_attr" and n["target"] in written:
+            n = {
+                **n,
+                "kind": "call_function",
+                "op": "identity",
+                "target": "identity",
+                "args": [written[n["target"]]],
+            }
+        elif n["kind"] == "call_method" and n["op"] == "copy_" and len(n["args"]) >= 2:
+            dst, src = n["args"][0], n["args"][1]
+            dn = by_name.get(dst["node"]) if isinstance(dst, dict) and "node" in dst else None
+            sn = by_name.get(src["node"]) if isinstance(src, dict) and "node" in src else None
+            if dn is not None and sn is not None and dn["kind"] == "get_attr" and dn["shape"] == sn["shape"]:
+                written[dn["target"]] = src
+                n = {**n, "kind": "call_function", "op": "identity", "target": "identity", "args": [src]}
+        out.append(n)
+    return out
+
+
 def normalize(nodes: list[dict]) -> list[dict]:
     """Rewrite nodes into the op set the expert's families know (same names, same values)."""
+    nodes = _state_copies(nodes)
     out: list[dict] = []
     by_name: dict[str, dict] = {}
     scalars = {n["name"]: n["kwargs"]["value"] for n in nodes if n["op"] == "scalar_constant"}
