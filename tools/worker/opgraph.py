@@ -18,6 +18,7 @@ family can compute it from indices; any other constant is an opaque `tensor_cons
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import operator
@@ -338,6 +339,23 @@ class _ConcreteProxy(torch.fx.Proxy):
         return super().__len__()
 
 
+# nn.Module's own attribute lookup and call, as they are outside a trace.
+_MODULE_GETATTR = nn.Module.__getattr__
+_MODULE_CALL = nn.Module.__call__
+
+
+@contextlib.contextmanager
+def _unpatched_modules():
+    """While fx traces, Module.__call__ and __getattr__ record into the graph; computing a
+    submodule's real output (or reading its parameter) needs the originals back for a moment."""
+    traced_getattr, traced_call = nn.Module.__getattr__, nn.Module.__call__
+    nn.Module.__getattr__, nn.Module.__call__ = _MODULE_GETATTR, _MODULE_CALL  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.__getattr__, nn.Module.__call__ = traced_getattr, traced_call  # type: ignore[method-assign]
+
+
 class _ConcreteTracer(torch.fx.Tracer):
     """torch.fx tracing with each node's example value computed as it is created."""
 
@@ -376,12 +394,14 @@ class _ConcreteTracer(torch.fx.Tracer):
             return p
         vals, kw = self._value(args), self._value(kwargs)
         if kind == "get_attr":
-            obj: Any = self.root
-            for part in str(target).split("."):
-                obj = getattr(obj, part)
+            with _unpatched_modules():
+                obj: Any = self.root
+                for part in str(target).split("."):
+                    obj = getattr(obj, part)
             value = obj
         elif kind == "call_module":
-            value = self.root.get_submodule(str(target))(*vals, **kw)
+            with _unpatched_modules():
+                value = self.root.get_submodule(str(target))(*vals, **kw)
         elif kind == "call_method":
             value = getattr(vals[0], str(target))(*vals[1:], **kw)
         elif kind == "call_function":
