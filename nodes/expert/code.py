@@ -9,7 +9,6 @@ units' own, tuning moves one (namespaced) parameter of one unit at a time, bigge
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from graph.records import RoleUsage
@@ -17,6 +16,7 @@ from nodes.models import CodeReply, CodeRequest, ModelFormatError
 
 from . import spaces
 from .assemble import group_at_line
+from .debugger import failing_line
 from .graphview import Unsupported
 from .lowering import Lowering, Unit, lower, own, replace_unit
 from .partition import group_cost
@@ -234,19 +234,7 @@ def _shrunk(params: dict[str, Any], rule: str) -> list[tuple[str, dict[str, Any]
     ]
 
 
-_LINE = re.compile(r"candidate line (\d+)")
-
-
 def _failing_tag(failed: Any) -> str | None:
-    """The group tag owning the failing line of an attempt (compile error line, or the line a
-    run error names), when the candidate has groups."""
-    line = failed.compile.error_line if failed.compile is not None else None
-    if line is None and failed.check is not None:
-        for r in failed.check.reasons:
-            m = _LINE.search(r)
-            if m:
-                line = int(m.group(1))
-                break
-    if line is None:
-        return None
-    return group_at_line(failed.candidate.source, line)
+    """The group tag owning the failing line of an attempt, when the candidate has groups."""
+    line = failing_line(failed)
+    return group_at_line(failed.candidate.source, line) if line is not None else None

@@ -173,3 +173,42 @@ def test_partitioned_candidates_verify(pdescs):
         keys.append(name)
     for name, res in zip(keys, run_jobs(jobs), strict=True):
         assert res.get("ok"), f"{name}: {res.get('error')}\n{res.get('traceback', '')}"
+
+
+def _attempt(reply, **reports):
+    from graph.records import Attempt
+
+    cand = Candidate(id="c", source=reply.source, stage="algorithm", origin=reply.origin, params=reply.params)
+    return Attempt(candidate=cand, **reports)
+
+
+def test_profiler_names_the_group_with_the_most_work(pdescs):
+    from graph.records import ProfileReport
+    from nodes.expert import ExpertProfiler
+    from nodes.models import ProfilerRequest
+
+    seed = ExpertCode().write(request(pdescs["mlp"]))
+    req = ProfilerRequest(stage=stage(), desc=pdescs["mlp"], attempt=_attempt(seed), profile=ProfileReport())
+    advice, _ = ExpertProfiler().advise(req)
+    # fc1 (24 -> 40, GELU) and fc2 (40 -> 24) on 13 rows: fc1 writes the larger output
+    assert any(e.startswith("group g0 (gemm) holds ~") for e in advice.evidence), advice.evidence
+    assert advice.plan.startswith("tune g0 first")
+
+
+def test_debugger_and_fix_target_the_group_owning_the_failing_line(pdescs):
+    from graph.records import CompileReport
+    from nodes.expert import ExpertDebugger
+    from nodes.models import DebuggerRequest
+
+    code = ExpertCode()
+    seed = code.write(request(pdescs["mlp"]))
+    lines = seed.source.splitlines()
+    line = next(i + 1 for i, ln in enumerate(lines) if ln.startswith("def g1_"))
+    att = _attempt(
+        seed, compile=CompileReport(ok=False, error="out of resource: shared memory", error_line=line)
+    )
+    diag, _ = ExpertDebugger().diagnose(DebuggerRequest(stage=stage(), desc=pdescs["mlp"], attempt=att))
+    assert "in group g1's code" in diag.diagnosis
+    fix = code.write(request(pdescs["mlp"], mode="fix", failed=att, diagnosis=diag))
+    changed = {k.split(".")[0] for k in fix.params if fix.params[k] != seed.params.get(k)}
+    assert changed == {"g1"} and fix.origin.endswith("@g1")
