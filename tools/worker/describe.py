@@ -81,7 +81,7 @@ def choose_sizes(task_source: str, overrides: dict[str, int], budget: int = SHRI
                 trial = {**current, k: max(SHRINK_MIN // 2, eff[k] // 2)}
                 try:
                     t_in, t_out, _, t_model = _meta_run(task_source, trial)
-                    if t_out and _elements(t_in, t_out, t_model) <= 16 * budget:
+                    if t_out and _elements(t_in, t_out, t_model) <= 4 * budget:
                         # Once small, run for real: the meta device does not check everything
                         # (a LayerNorm's shape, a pooling window larger than its input).
                         _meta_run_on(task_source, trial, "cpu")
