@@ -78,6 +78,10 @@ def check_bcast() -> None:
     assert (mode, inner, size) == (2, 7, 5), (mode, inner, size)
     assert ew._bcast(torch.randn(1), shape)[1] == 1
     assert ew._bcast(torch.randn(*shape), shape)[1] == 0
+    # varying dims that are not one block: a materialised broadcast, read as same-shape
+    a = torch.randn(3, 1, 7)
+    t, mode, _, _ = ew._bcast(a, shape)
+    assert mode == 0 and torch.equal(t, a.expand(shape))
 
 
 def check_xent() -> None:

@@ -922,6 +922,36 @@ def _state_copies(nodes: list[dict]) -> list[dict]:
     return out
 
 
+def _lp_normalize(n: dict) -> list[dict] | None:
+    """F.normalize(x, p=2, dim, eps) = x / max(||x||_2 over dim (keepdim), eps)."""
+    if n["op"] != "normalize" or n["kind"] != "call_function":
+        return None
+    args, kw = n["args"], n["kwargs"]
+    x = args[0] if args else kw.get("input")
+    p = args[1] if len(args) > 1 else kw.get("p", 2.0)
+    dim = args[2] if len(args) > 2 else kw.get("dim", 1)
+    eps = args[3] if len(args) > 3 else kw.get("eps", 1e-12)
+    if p not in (2, 2.0) or not isinstance(dim, int) or not isinstance(eps, (int, float)) or kw.get("out"):
+        return None
+    name, shape, dtype = n["name"], n["shape"], n["dtype"]
+    red = list(shape or [])
+    if red:
+        red[dim % len(red)] = 1
+    norm = _node(f"{name}_norm", "call_function", "norm", "torch.norm", [x, 2], red, dtype)
+    norm["kwargs"] = {"dim": [dim], "keepdim": True}
+    low = _node(
+        f"{name}_clamp",
+        "call_function",
+        "clamp_min",
+        "torch.clamp_min",
+        [{"node": norm["name"]}, eps],
+        red,
+        dtype,
+    )
+    div = _node(name, "call_function", "div", "operator.truediv", [x, {"node": low["name"]}], shape, dtype)
+    return [norm, low, div]
+
+
 def normalize(nodes: list[dict]) -> list[dict]:
     """Rewrite nodes into the op set the expert's families know (same names, same values)."""
     nodes = _state_copies(nodes)
@@ -937,7 +967,9 @@ def normalize(nodes: list[dict]) -> list[dict]:
     for n in nodes:
         if n["kind"] in ("call_module", "call_function", "call_method"):
             new = _adaptive_pool(n) or _binary_min_max(n)
-            rewritten = [new] if new is not None else (_einsum(n, by_name) or _mha(n, nodes))
+            rewritten = (
+                [new] if new is not None else (_einsum(n, by_name) or _mha(n, nodes) or _lp_normalize(n))
+            )
         else:
             rewritten = None
         for m in rewritten or [n]:

@@ -23,7 +23,8 @@ def _ew_softplus(x, beta, threshold):
 
 
 def _bcast(t, shape):
-    """(contiguous tensor, mode, inner, size): mode 0 = same shape, 1 = one element, 2 = block."""
+    """(contiguous tensor, mode, inner, size): mode 0 = same shape, 1 = one element, 2 = block
+    (the operand's varying dims are one contiguous block of the output's dims)."""
     n = 1
     for s in shape:
         n *= s
@@ -38,7 +39,9 @@ def _bcast(t, shape):
     lo, hi = nz[0], nz[-1]
     for i in range(lo, hi + 1):
         if dims[i] != shape[i]:
-            raise ValueError(f"broadcast of {tuple(t.shape)} to {tuple(shape)} is not one block")
+            # Broadcast over dims between the varying ones (e.g. (B, 1, K) to (B, D, K)): a
+            # materialised copy read like a same-shape operand.
+            return t.expand(tuple(shape)).contiguous(), 0, 1, n
     inner = 1
     for s in shape[hi + 1 :]:
         inner *= s
