@@ -136,6 +136,35 @@ def _index_text(v: Any, val: Callable[[Any], str]) -> str:
     return val(v)
 
 
+def run_time_dims(x: str, src: list[int], out: list[int]) -> list[str]:
+    """Sizes of a reshape the capture baked into numbers (a concrete-shape trace), written
+    against the run's own input `x`: leading and trailing dims the reshape keeps are read from
+    x, one dim in between is -1 (the rest), and only what is left stays a number (heads, ...)."""
+    out = list(out)
+    if -1 in out:
+        k = out.index(-1)
+        known = 1
+        for i, d in enumerate(out):
+            if i != k:
+                known *= d
+        total = 1
+        for d in src:
+            total *= d
+        out[k] = total // known if known else 0
+    lead = 0
+    while lead < min(len(src), len(out)) and src[lead] == out[lead]:
+        lead += 1
+    trail = 0
+    while trail < min(len(src), len(out)) - lead and src[len(src) - 1 - trail] == out[len(out) - 1 - trail]:
+        trail += 1
+    text = [f"{x}.shape[{i}]" for i in range(lead)]
+    middle = out[lead : len(out) - trail]
+    if middle:
+        text += [str(d) for d in middle[:-1]] + ["-1"]
+    text += [f"{x}.shape[{len(src) - trail + i}]" for i in range(trail)]
+    return text
+
+
 def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_expr: str) -> str:
     """The Python expression computing host node `n`; `expr(name)` gives a value's variable."""
 
@@ -159,6 +188,12 @@ def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_exp
         raise Unsupported(f"module {n.module_type} as a view")
     if n.op == "getitem":
         return f"{val(n.args[0])}[{_index_text(n.args[1], val)}]"
+    if n.op in ("view", "reshape") and n.args and is_node(n.args[0]):
+        dims = n.args[1:] if len(n.args) > 2 or not isinstance(n.args[1], list) else n.args[1]
+        src = view.nodes[view.resolve(n.args[0]["node"])]
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in dims) and src.shape:
+            x = val(n.args[0])
+            return f"{x}.reshape({', '.join(run_time_dims(x, src.shape, list(dims)))})"
     if n.op == "getattr":
         return f"{val(n.args[0])}.{n.args[1]}"
     if n.op in _BINARY and n.shape is None:

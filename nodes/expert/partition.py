@@ -155,7 +155,8 @@ def match_group(view: GraphView, policy: str) -> tuple[str, ModuleType, Any, lis
 
 
 def _is_anchor(n: OpNode) -> bool:
-    return not ewops.is_elementwise(n)
+    # constants built in forward (a causal mask) are read by an anchor, not anchors themselves
+    return not ewops.is_elementwise(n) and n.op not in ("tri_mask", "tensor_constant")
 
 
 class _Planner:

@@ -796,8 +796,10 @@ def _mha(n: dict, nodes: list[dict]) -> list[dict] | None:
     if n["kwargs"].get("is_causal"):
         return None
     users = [u for u in nodes if _refs(u, n["name"])]
-    if any(u["op"] != "getitem" or u["args"][1] != 0 for u in users if u["kind"] != "output"):
-        return None  # the attention weights are used: not rewritten
+    for u in users:
+        weights = u["kind"] == "output" or u["op"] != "getitem" or u["args"][1] != 0
+        if weights and (u["kind"] == "output" or any(_refs(w, u["name"]) for w in nodes)):
+            return None  # the attention weights are used: not rewritten
     name, dtype, shape = n["name"], n["dtype"], n["shape"]
     mod, heads = n["target"], int(a["num_heads"])
     seq_dim, batch_dim = (1, 0) if a.get("batch_first") else (0, 1)
@@ -853,7 +855,7 @@ def _mha(n: dict, nodes: list[dict]) -> list[dict] | None:
     b_out = param("out_proj.bias", [e]) if a.get("out_proj_bias") else None
     out = add("linear", "call_function", "torch.nn.functional.linear", [att, w_out, b_out], shape)
     for u in users:
-        if u["kind"] != "output":
+        if u["op"] == "getitem" and u["args"][1] == 0:
             u.update(op="identity", kind="call_function", target="identity", args=[out], kwargs={})
     return new
 
