@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import math
 import operator
 import re
@@ -382,9 +383,9 @@ class _ConcreteTracer(torch.fx.Tracer):
             vals = self._value(args)
             return getattr(vals[0], target)(*vals[1:], **self._value(kwargs))
         if kind == "placeholder":
-            if self._placeholder_i >= len(self._examples):
-                raise RuntimeError("more forward arguments than example inputs")
-            value = self._examples[self._placeholder_i]
+            # past the examples: a parameter traced at its default (concrete_args)
+            i = self._placeholder_i
+            value = self._examples[i] if i < len(self._examples) else None
             self._placeholder_i += 1
         else:
             value = None
@@ -410,12 +411,27 @@ class _ConcreteTracer(torch.fx.Tracer):
         return p
 
 
+def _defaults_not_given(model: torch.nn.Module, n_given: int) -> dict[str, Any]:
+    """forward's parameters that get_inputs() leaves out, at their defaults (`mask=None`): traced
+    as the constants they are, so `if mask is not None` takes the branch the reference runs."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for p in params[n_given:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is p.empty:
+            return {}
+        out[p.name] = p.default
+    return out
+
+
 def _concrete_trace(model: torch.nn.Module, example_inputs: list) -> torch.fx.GraphModule:
     # Clone the examples: an in-place op in the forward must not change the caller's inputs.
     examples = [x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
     tracer = _ConcreteTracer(examples)
     with torch.no_grad():
-        graph = tracer.trace(model)
+        graph = tracer.trace(model, concrete_args=_defaults_not_given(model, len(examples)) or None)
     for n in graph.nodes:
         n.meta.pop("egg_value", None)
     return torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
@@ -527,7 +543,8 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
     try:
         # Each trace gets its own copy: a forward that assigns to self (self.h = ...) would
         # otherwise leave a proxy of this trace in the module for the next trace to extend.
-        gm = _traced(torch.fx.symbolic_trace(copy.deepcopy(model)), model)
+        defaults = _defaults_not_given(model, len(example_inputs)) or None
+        gm = _traced(torch.fx.symbolic_trace(copy.deepcopy(model), concrete_args=defaults), model)
     except Exception as e:  # shape-derived Python values, data-dependent control flow...
         first = f"torch.fx symbolic_trace failed: {type(e).__name__}: {str(e)[:300]}"
         try:
