@@ -30,6 +30,7 @@ rowloss = load("rowloss")
 cat = load("cat")
 tri = load("tri")
 rnn = load("rnn")
+random = load("random")
 
 
 @triton.jit
@@ -137,6 +138,15 @@ def check_rnn() -> None:
                 close(got[1][1], want[1][1], 1e-4)
             else:
                 close(got[1], want[1], 1e-4)
+
+
+def check_random() -> None:
+    z = random.launch_random((301, 7), "cpu", None, True, 1234)
+    assert z.shape == (301, 7) and z.dtype == torch.float32
+    assert abs(z.mean().item()) < 0.1 and abs(z.std().item() - 1.0) < 0.1, (z.mean(), z.std())
+    u = random.launch_random((2000,), "cpu", None, False, 7)
+    assert 0.0 <= u.min().item() and u.max().item() < 1.0 and abs(u.mean().item() - 0.5) < 0.05
+    assert not torch.equal(z, random.launch_random((301, 7), "cpu", None, True, 99))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ def results() -> dict[str, str]:
         "check_cat",
         "check_tri",
         "check_rnn",
+        "check_random",
     ],
 )
 def test_kernel_file_runs_under_interpreter(results, check):

@@ -86,6 +86,9 @@ _ALIASES: dict[str, str] = {
     "less": "lt",
 }
 
+# Tensor factories that draw new random values on every call.
+RANDOM_OPS = {"randn", "rand", "randn_like", "rand_like", "normal"}
+
 # nn.Module classes whose canonical op name is not just the snake_case class name.
 _MODULE_OPS: dict[str, str] = {
     "Linear": "linear",
@@ -502,6 +505,9 @@ def _shape_only_tensors(gm: torch.fx.GraphModule) -> list[str]:
             data[n.name] = False
             continue
         data[n.name] = any(data.get(a.name, True) for a in n.all_input_nodes)
+        if n.op == "call_function" and getattr(n.target, "__name__", "") in RANDOM_OPS:
+            # fresh noise on every call (torch.randn(n, d)): a constant it is not
+            data[n.name] = True
         if (
             not data[n.name]
             and n.meta.get("tensor_meta") is not None

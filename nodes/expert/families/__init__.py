@@ -23,6 +23,7 @@ from . import (
     groupnorm,
     libconv,
     pooling,
+    random,
     reduction,
     rnn,
     rowloss,
@@ -54,4 +55,5 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("cat", cat),
     ("tri", tri),
     ("rnn", rnn),
+    ("random", random),
 ]
