@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from graph.records import TaskDescription
 
-from .graphview import Unsupported, forward_arg_names
+from .graphview import Unsupported
 
 HEADER_IMPORTS = [
     "import torch",
@@ -247,6 +247,22 @@ def model_members(source: str) -> list[str]:
     return out
 
 
+def forward_signature(source: str) -> str:
+    """Model.forward's parameter list as written (defaults included: forward(self, x, mask=None)
+    is called with x alone), without annotations."""
+    cls = _model_class(ast.parse(source))
+    for item in cls.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "forward":
+            args = item.args
+            for a in args.posonlyargs + args.args + args.kwonlyargs:
+                a.annotation = None
+            for a in (args.vararg, args.kwarg):
+                if a is not None:
+                    a.annotation = None
+            return ast.unparse(args)
+    raise Unsupported("class Model has no forward")
+
+
 def _strip_forward(node: ast.ClassDef) -> str:
     body = [
         b
@@ -344,7 +360,7 @@ def render(desc: TaskDescription, parts: list[Part], doc: str, tail: str = "") -
         body.append(tail)
     forward_text = "\n".join(b for b in body if b)
     members = model_members(desc.source)
-    args = ", ".join(["self", *forward_arg_names(desc.source)])
+    args = forward_signature(desc.source)
     cls = (
         "class ModelNew(nn.Module):\n"
         + "\n\n".join(_indent(m, 4) for m in members)

@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.records import OpNode
 
-from .graphview import GraphView, Unsupported, is_node
+from .graphview import GraphView, Unsupported, arg_value, is_node
 
 # Tensor methods / functions that only view (or describe) a tensor.
 VIEW_OPS = {
@@ -202,6 +202,13 @@ def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_exp
         return f"({a} {_BINARY[n.op]} {b})"
     if n.op == "neg" and n.shape is None:
         return f"(-{val(n.args[0])})"
+    if n.op == "split" and n.args and is_node(n.args[0]) and n.shape is not None:
+        # split(self.n_embd, dim) of a 3 * n_embd tensor: a size the capture baked; as chunk(3)
+        # it holds for the run's own sizes too.
+        size, dim = arg_value(n, 1, "split_size_or_sections"), arg_value(n, 2, "dim", 0)
+        src = view.nodes[view.resolve(n.args[0]["node"])].shape or []
+        if isinstance(size, int) and isinstance(dim, int) and src and size > 0 and src[dim] % size == 0:
+            return f"{val(n.args[0])}.chunk({src[dim] // size}, {dim})"
     if n.kind == "call_method":
         # `view` after a dropped `contiguous()` (a passthrough of the op graph) must copy:
         # reshape does exactly what view does where view works, and copies where it would not.
