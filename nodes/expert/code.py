@@ -1,4 +1,10 @@
-"""ExpertCode: the deterministic code role (seed / refine / tune / fix over family plans)."""
+"""ExpertCode: the deterministic code role (seed / refine / tune / fix over family plans).
+
+The graph is lowered once (lowering.py): by one family when one covers it whole (its fused
+pattern is the best seed), else partitioned into groups with one family each. Every mode works
+on the lowering's units: seeds pick an algorithm per unit, refinements and safer variants are the
+units' own, tuning moves one (namespaced) parameter of one unit at a time, biggest unit first.
+"""
 
 from __future__ import annotations
 
@@ -8,81 +14,28 @@ from typing import Any
 from graph.records import RoleUsage
 from nodes.models import CodeReply, CodeRequest, ModelFormatError
 
-from . import ewops, spaces
-from .families import FAMILIES
-from .families.libconv import LIB_OPS
-from .families.pooling import POOL_OPS
-from .families.reduction import LOSS_OPS, RED_OPS
-from .families.rowloss import ROW_LOSS_OPS
-from .families.scan import SCAN_OPS
-from .graphview import GraphView, Unsupported
-
-# Ops some family can generate (in some arrangement); anything else is named as uncovered.
-KNOWN_OPS = (
-    set(ewops.ELEMENTWISE)
-    | RED_OPS
-    | LOSS_OPS
-    | LIB_OPS
-    | SCAN_OPS
-    | ROW_LOSS_OPS
-    | POOL_OPS
-    | {
-        "softmax",
-        "log_softmax",
-        "linear",
-        "matmul",
-        "t",
-        "transpose",
-        "permute",
-        "getattr",
-        "getitem",
-        "flip",
-        "layer_norm",
-        "rms_norm",
-        "var",
-        "std",
-        "norm",
-        "instance_norm",
-        "batch_norm",
-        "group_norm",
-        "cross_entropy",
-        "scaled_dot_product_attention",
-        "tri_mask",  # a causal mask built in forward (attention computes it from indices)
-    }
-)
+from . import spaces
+from .assemble import group_at_line
+from .debugger import failing_line
+from .graphview import Unsupported
+from .lowering import Lowering, Unit, lower, own, replace_unit
+from .partition import group_cost
 
 
 def _key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def plan_for(desc: Any) -> tuple[str, Any, GraphView, Any]:
-    """(family name, family module, view, plan) or raise Unsupported naming the ops not covered."""
-    view = GraphView.of(desc)
-    near_miss: list[str] = []
-    for name, fam in FAMILIES:
-        try:
-            plan = fam.match(view)
-        except Unsupported as e:
-            near_miss.append(f"{name}: {e}")
-            continue
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-            # A matcher bug on an unexpected graph shape: reported in the reply, not raised, so
-            # one family cannot take the others down; the message names the family and error.
-            near_miss.append(f"{name}: matcher error {type(e).__name__}: {e}")
-            continue
-        if plan is not None:
-            return name, fam, view, plan
-    ops = sorted({n.op for n in view.compute_nodes()})
-    uncovered = [o for o in ops if o not in KNOWN_OPS]
-    why = (
-        f"no expert family covers op(s) [{', '.join(uncovered)}]"
-        if uncovered
-        else f"no expert family covers this combination of ops [{', '.join(ops)}]"
-    )
-    if near_miss:
-        why += " (" + "; ".join(near_miss) + ")"
-    raise Unsupported(why)
+def plan_for(desc: Any, policy: str = "mixed") -> Lowering:
+    """The lowering of a task (one family, or a partition), or raise Unsupported naming the op."""
+    return lower(desc, policy)
+
+
+def units_by_cost(low: Lowering) -> list[Unit]:
+    """Units, most expensive first (estimated from shapes): where tuning pays most."""
+    if len(low.units) == 1:
+        return list(low.units)
+    return sorted(low.units, key=lambda u: -group_cost(low.view, u.group) if u.group else 0.0)
 
 
 class ExpertCode:
@@ -90,53 +43,38 @@ class ExpertCode:
 
     def write(self, req: CodeRequest) -> CodeReply:
         try:
-            fam_name, fam, view, plan = plan_for(req.desc)
+            low = lower(req.desc, req.policy)
         except Unsupported as e:
             return CodeReply(source=None, unsupported=str(e), note=str(e))
         try:
             if req.mode == "seed":
-                return self._seed(req, fam_name, fam, view, plan)
+                return self._seed(req, low)
             if req.mode == "refine":
-                return self._refine(req, fam_name, fam, view, plan)
+                return self._refine(req, low)
             if req.mode == "tune":
-                return self._tune(req, fam_name, fam, view, plan)
+                return self._tune(req, low)
             if req.mode == "fix":
-                return self._fix(req, fam_name, fam, view, plan)
+                return self._fix(req, low)
         except Unsupported as e:
             return CodeReply(source=None, unsupported=str(e), note=str(e))
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             # A generator bug is this model failing to give a usable reply: the graph records it
             # as a failed attempt (ModelFormatError) instead of the run crashing.
             raise ModelFormatError(
-                f"expert {fam_name} generator failed in {req.mode} mode: {type(e).__name__}: {e}"
+                f"expert {low.family} generator failed in {req.mode} mode: {type(e).__name__}: {e}"
             ) from e
         return CodeReply(source=None, note=f"unknown mode {req.mode}")
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _defaults(self, fam_name: str, fam: Any, plan: Any, algorithm: str) -> dict[str, Any]:
-        params = dict(spaces.DEFAULTS[fam_name])
-        if hasattr(fam, "defaults"):
-            params.update(fam.defaults(plan, algorithm))
-        params["algorithm"] = algorithm
-        return params
-
     def _reply(
-        self,
-        req: CodeRequest,
-        fam_name: str,
-        fam: Any,
-        view: GraphView,
-        plan: Any,
-        params: dict[str, Any],
-        origin: str,
-        note: str,
+        self, req: CodeRequest, low: Lowering, params: dict[str, Any], origin: str, note: str
     ) -> CodeReply:
-        source = fam.generate(req.desc, view, plan, params)
+        source = low.generate(req.desc, params)
         return CodeReply(
-            source=source,
+            source=str(source),
             origin=origin,
-            family=fam_name,
+            family=low.family,
             algorithm=str(params["algorithm"]),
             params=dict(sorted(params.items())),
             note=note,
@@ -151,146 +89,152 @@ class ExpertCode:
             tried.add(_key(req.failed.candidate.params))
         return tried
 
-    def _valid(self, fam: Any, plan: Any, params: dict[str, Any]) -> bool:
-        return not hasattr(fam, "valid") or fam.valid(plan, params) is None
+    def _base(self, req: CodeRequest, low: Lowering) -> dict[str, Any]:
+        if req.best is not None and req.best.candidate.params.get("algorithm"):
+            return dict(req.best.candidate.params)
+        base = low.seed(0, req.policy)
+        if base is None:
+            raise Unsupported("no seed to start from")
+        return base
 
     # -- modes -----------------------------------------------------------------------------
 
-    def _seed(self, req, fam_name, fam, view, plan) -> CodeReply:
-        algos = fam.algorithms(plan)
-        if req.policy == "strict":
-            # Library matmul/conv calls are rejected under the strict policy: do not offer them.
-            algos = [a for a in algos if not a.startswith("library")]
-            if not algos:
-                return CodeReply(
-                    source=None,
-                    family=fam_name,
-                    unsupported=(
-                        f"{fam_name}: the expert's only algorithms keep a library matmul/convolution, "
-                        "which the strict policy forbids (use --policy mixed)"
-                    ),
-                )
-        if req.seed_index >= len(algos):
+    def _seed(self, req: CodeRequest, low: Lowering) -> CodeReply:
+        params = low.seed(req.seed_index, req.policy)
+        n = low.seed_count(req.policy)
+        if params is None:
             return CodeReply(
                 source=None,
-                family=fam_name,
-                note=f"{fam_name} has {len(algos)} distinct algorithms ({', '.join(algos)})",
+                family=low.family,
+                note=f"{low.summary()} has {n} distinct seeds",
             )
-        algo = algos[req.seed_index]
-        params = self._defaults(fam_name, fam, plan, algo)
+        what = low.describe_seed(params)
         return self._reply(
             req,
-            fam_name,
-            fam,
-            view,
-            plan,
+            low,
             params,
-            f"seed:{algo}",
-            f"{fam_name} seed {req.seed_index + 1}/{len(algos)}: algorithm {algo} with default tiling",
+            f"seed:{params['algorithm']}"
+            if low.kind == "whole"
+            else f"seed:{PARTITION_SEED}{req.seed_index}",
+            f"{low.summary()} seed {req.seed_index + 1}/{n}: {what} with default tiling",
         )
 
-    def _base_params(self, req, fam_name, fam, plan) -> dict[str, Any]:
-        if req.best is not None and req.best.candidate.params.get("algorithm"):
-            return dict(req.best.candidate.params)
-        return self._defaults(fam_name, fam, plan, fam.algorithms(plan)[0])
-
-    def _refine(self, req, fam_name, fam, view, plan) -> CodeReply:
-        base = self._base_params(req, fam_name, fam, plan)
+    def _refine(self, req: CodeRequest, low: Lowering) -> CodeReply:
+        base = self._base(req, low)
         tried = self._tried(req)
         recent_origins = {a.origin for a in req.recent}
-        options: list[tuple[str, dict[str, Any], str]] = []
-        if hasattr(fam, "refinements"):
-            options += fam.refinements(plan, base)
-        for origin, params, note in options:
-            if _key(params) in tried or origin in recent_origins or not self._valid(fam, plan, params):
-                continue
-            return self._reply(req, fam_name, fam, view, plan, params, origin, note)
-        return CodeReply(source=None, family=fam_name, note="no exact refinement left for this algorithm")
+        for u in low.units:
+            for origin, up, note in u.refinements(own(u.tag, base)):
+                params = replace_unit(base, u.tag, up)
+                if u.tag is not None:
+                    origin, note = f"{origin}@{u.tag}", f"{u.tag} ({u.name}): {note}"
+                if _key(params) in tried or origin in recent_origins or not low.valid(params):
+                    continue
+                return self._reply(req, low, params, origin, note)
+        return CodeReply(source=None, family=low.family, note="no exact refinement left for this algorithm")
 
-    def _tune(self, req, fam_name, fam, view, plan) -> CodeReply:
-        base = self._base_params(req, fam_name, fam, plan)
+    def _tune(self, req: CodeRequest, low: Lowering) -> CodeReply:
+        base = self._base(req, low)
         stage = req.stage.name
-        space = spaces.SPACES.get(fam_name, {}).get(stage, {})
-        if hasattr(fam, "space"):
-            space = fam.space(plan, base, stage, space)
         bottleneck = req.advice.bottleneck if req.advice is not None else "memory"
         order = spaces.BOTTLENECK_ORDER.get(bottleneck, spaces.BOTTLENECK_ORDER["memory"]).get(stage, [])
-        names = [p for p in order if p in space] + sorted(p for p in space if p not in order)
         tried = self._tried(req)
-        # The coordinate moves around the best kernel, most promising first; variant i of a
-        # parallel round takes the i-th (one at a time, i is 0: the first untried).
-        moves: list[tuple[str, Any, dict[str, Any]]] = []
-        for pname in names:
-            for value in space[pname]:
-                if base.get(pname) == value:
-                    continue
-                cand = dict(base)
-                cand[pname] = value
-                if _key(cand) in tried or not self._valid(fam, plan, cand):
-                    continue
-                moves.append((pname, value, cand))
+        # The coordinate moves around the best kernel, most promising first (the biggest group
+        # first); variant i of a parallel round takes the i-th.
+        moves: list[tuple[Unit, str, Any, dict[str, Any]]] = []
+        for u in units_by_cost(low):
+            ub = own(u.tag, base)
+            space = u.space(ub, stage)
+            names = [p for p in order if p in space] + sorted(p for p in space if p not in order)
+            for pname in names:
+                for value in space[pname]:
+                    if ub.get(pname) == value:
+                        continue
+                    cand = replace_unit(base, u.tag, dict(ub, **{pname: value}))
+                    if _key(cand) in tried or not low.valid(cand):
+                        continue
+                    moves.append((u, pname, value, cand))
         if req.seed_index >= len(moves):
-            return CodeReply(source=None, family=fam_name, note=f"{stage} space exhausted")
-        pname, value, cand = moves[req.seed_index]
-        why = f"{stage} coordinate search around the best kernel ({pname}={base.get(pname)!r})"
+            return CodeReply(source=None, family=low.family, note=f"{stage} space exhausted")
+        u, pname, value, cand = moves[req.seed_index]
+        full = pname if u.tag is None else f"{u.tag}.{pname}"
+        why = f"{stage} coordinate search around the best kernel ({full}={own(u.tag, base).get(pname)!r})"
+        if u.tag is not None:
+            why += f"; {u.tag} ({u.name}) is the largest group not yet exhausted"
         if req.n_seeds > 1:
             why += f"; variant {req.seed_index + 1}/{req.n_seeds} of a parallel round"
         if req.advice is not None:
             why += f"; profiler says {req.advice.bottleneck}-bound, so {pname} is tried early"
-        return self._reply(req, fam_name, fam, view, plan, cand, f"tune:{pname}={value}", why)
+        return self._reply(req, low, cand, f"tune:{full}={value}", why)
 
-    def _fix(self, req, fam_name, fam, view, plan) -> CodeReply:
+    def _fix(self, req: CodeRequest, low: Lowering) -> CodeReply:
         failed = req.failed
         base = (
             dict(failed.candidate.params)
             if failed is not None and failed.candidate.params.get("algorithm")
-            else self._base_params(req, fam_name, fam, plan)
+            else self._base(req, low)
         )
         tried = self._tried(req)
         rule = req.diagnosis.rule if req.diagnosis is not None else ""
-        # Resource problems: shrink what holds registers / shared memory first.
-        shrink = {
-            "BLOCK": 1024,
-            "BLOCK_N": 1024,
-            "BLOCK_M": 64,
-            "BLOCK_K": 16,
-            "num_stages": 2,
-            "ROWS": 1,
-        }
-        smaller = dict(base)
-        changed = []
-        for k, v in shrink.items():
-            if k in smaller and isinstance(smaller[k], int) and smaller[k] > v:
-                smaller[k] = v
-                changed.append(f"{k}={v}")
-        shrink_opts: list[tuple[str, dict[str, Any], str]] = []
-        if changed:
-            shrink_opts.append(
-                (
-                    f"fix:{rule or 'safer'}:" + ",".join(changed),
-                    smaller,
-                    "smaller tiles / fewer stages to stay within registers and shared memory",
-                )
-            )
-        other_opts: list[tuple[str, dict[str, Any], str]] = []
-        if hasattr(fam, "safer"):
-            other_opts += fam.safer(plan, base, rule)
-        for algo in fam.algorithms(plan):
-            if algo != base.get("algorithm"):
-                p = self._defaults(fam_name, fam, plan, algo)
-                other_opts.append(
-                    (
-                        f"fix:{rule or 'other'}:algorithm={algo}",
-                        p,
-                        f"switch to the {algo} algorithm, which does not share the failing code",
-                    )
-                )
+        # The group whose code holds the error line is repaired first.
+        culprit = _failing_tag(failed) if failed is not None else None
+        units = units_by_cost(low)
+        units.sort(key=lambda u: 0 if u.tag == culprit else 1)
         # Wrong numbers are not fixed by smaller tiles: try the numerically different variants
         # first there; for resource/compile failures shrinking is the cheaper, likelier fix.
         wrong_numbers = rule in ("mismatch", "nan", "shape")
-        options = other_opts + shrink_opts if wrong_numbers else shrink_opts + other_opts
+        options: list[tuple[str, dict[str, Any], str]] = []
+        for u in units:
+            ub = own(u.tag, base)
+            mine: list[tuple[str, dict[str, Any], str]] = []
+            shrink = _shrunk(ub, rule)
+            other = list(u.safer(ub, rule))
+            for algo in u.algorithms(req.policy):
+                if algo != ub.get("algorithm"):
+                    other.append(
+                        (
+                            f"fix:{rule or 'other'}:algorithm={algo}",
+                            u.defaults(algo),
+                            f"switch to the {algo} algorithm, which does not share the failing code",
+                        )
+                    )
+            mine = other + shrink if wrong_numbers else shrink + other
+            for origin, up, note in mine:
+                params = replace_unit(base, u.tag, up)
+                if u.tag is not None:
+                    origin, note = f"{origin}@{u.tag}", f"{u.tag} ({u.name}): {note}"
+                options.append((origin, params, note))
         for origin, params, note in options:
-            if _key(params) in tried or not self._valid(fam, plan, params):
+            if _key(params) in tried or not low.valid(params):
                 continue
-            return self._reply(req, fam_name, fam, view, plan, params, origin, note)
-        return CodeReply(source=None, family=fam_name, note="no safer variant left")
+            return self._reply(req, low, params, origin, note)
+        return CodeReply(source=None, family=low.family, note="no safer variant left")
+
+
+PARTITION_SEED = "partition-"
+
+
+def _shrunk(params: dict[str, Any], rule: str) -> list[tuple[str, dict[str, Any], str]]:
+    """Resource problems: shrink what holds registers / shared memory first."""
+    shrink = {"BLOCK": 1024, "BLOCK_N": 1024, "BLOCK_M": 64, "BLOCK_K": 16, "num_stages": 2, "ROWS": 1}
+    smaller = dict(params)
+    changed = []
+    for k, v in shrink.items():
+        if k in smaller and isinstance(smaller[k], int) and smaller[k] > v:
+            smaller[k] = v
+            changed.append(f"{k}={v}")
+    if not changed:
+        return []
+    return [
+        (
+            f"fix:{rule or 'safer'}:" + ",".join(changed),
+            smaller,
+            "smaller tiles / fewer stages to stay within registers and shared memory",
+        )
+    ]
+
+
+def _failing_tag(failed: Any) -> str | None:
+    """The group tag owning the failing line of an attempt, when the candidate has groups."""
+    line = failing_line(failed)
+    return group_at_line(failed.candidate.source, line) if line is not None else None

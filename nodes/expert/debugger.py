@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import re
 
-from graph.records import Diagnosis, RoleUsage
+from graph.records import Attempt, Diagnosis, RoleUsage
 from nodes.models import DebuggerRequest
+
+from .assemble import group_at_line
+
+_LINE = re.compile(r"candidate line (\d+)")
+
+
+def failing_line(a: Attempt) -> int | None:
+    """The candidate line an attempt failed on: the compile error's, or the one a run error names."""
+    if a.compile is not None and a.compile.error_line:
+        return a.compile.error_line
+    if a.check is not None:
+        for r in a.check.reasons:
+            m = _LINE.search(r)
+            if m:
+                return int(m.group(1))
+    return None
+
 
 # (rule, pattern over the error text, diagnosis, fix plan), first match wins.
 _COMPILE_RULES: list[tuple[str, str, str, str]] = [
@@ -84,6 +101,9 @@ class ExpertDebugger:
         if a.compile is not None and not a.compile.ok:
             text = f"{a.compile.error_kind or ''} {a.compile.error or ''}"
             where = f" (line {a.compile.error_line})" if a.compile.error_line else ""
+            tag = group_at_line(a.candidate.source, a.compile.error_line) if a.compile.error_line else None
+            if tag:
+                where += f" in group {tag}'s code"
             for rule, pat, diag, fix in _COMPILE_RULES:
                 if re.search(pat, text, re.IGNORECASE):
                     return (
@@ -114,6 +134,10 @@ class ExpertDebugger:
             )
             if rule == "mismatch" and a.check.max_abs_err is not None:
                 diag += f" (max abs err {a.check.max_abs_err:.3g})"
+            line = failing_line(a)
+            tag = group_at_line(a.candidate.source, line) if line else None
+            if tag:
+                diag += f" in group {tag}'s code"
             return Diagnosis(rule=rule, diagnosis=f"{diag}: {reasons}", fix_plan=fix), RoleUsage(calls=1)
         return (
             Diagnosis(rule="none", diagnosis="no failure recorded on this attempt", fix_plan="none"),

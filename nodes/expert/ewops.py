@@ -13,25 +13,11 @@ from typing import Any
 from graph.records import OpNode
 
 from .graphview import Unsupported, arg_value, flit, is_node
+from .kernelfiles import kernel_source
 
-# tanh through exp: Triton has no tl.tanh on every backend (the interpreter included).
-# t = exp(-2|x|) keeps the exponent non-positive, so nothing overflows.
+# tanh through exp (kernels/ew.py): Triton has no tl.tanh on every backend.
 _TANH = "_ew_tanh"
-HELPERS = """
-@triton.jit
-def _ew_tanh(x):
-    t = tl.exp(-2.0 * tl.abs(x))
-    y = (1.0 - t) / (1.0 + t)
-    return tl.where(x < 0.0, -y, y)
-
-
-@triton.jit
-def _ew_softplus(x, beta, threshold):
-    bx = x * beta
-    # log(1 + e^bx) written as max(bx, 0) + log(1 + e^-|bx|): exact for both tails.
-    sp = (tl.maximum(bx, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(bx)))) / beta
-    return tl.where(bx > threshold, x, sp)
-"""
+HELPERS = kernel_source("ew.py", "_ew_tanh", "_ew_softplus")
 
 UNARY = {
     "relu",

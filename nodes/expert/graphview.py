@@ -12,7 +12,18 @@ from typing import Any
 from graph.records import OpNode, ScalarInfo, TaskDescription
 
 # Ops that only rename/copy a tensor (no arithmetic); the planner looks through them.
-PASSTHROUGH = {"identity", "contiguous", "clone", "dropout", "dropout1d", "dropout2d", "alpha_dropout"}
+PASSTHROUGH = {
+    "identity",
+    "contiguous",
+    "clone",
+    "detach",
+    "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+}
 
 
 class Unsupported(Exception):
@@ -39,6 +50,11 @@ class GraphView:
     forward_args: list[str] = field(default_factory=list)
     leaves: dict[str, Leaf] = field(default_factory=dict)
     output: str = ""
+    # Every value forward returns, in order (one for most tasks; `output` is the first).
+    outputs: list[str] = field(default_factory=list)
+    tuple_output: bool = False  # forward returns a tuple (even of one value)
+    # A group's sub-view names its values canonically; this maps them back to the graph's names.
+    origin: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, desc: TaskDescription) -> GraphView:
@@ -48,6 +64,9 @@ class GraphView:
         v.forward_args = forward_arg_names(desc.source)
         placeholder_i = 0
         for n in desc.op_graph:
+            if n.kind in ("call_module", "get_attr"):
+                # `layer1.0.conv` -> `layer1[0].conv`, so `self.{target}` is valid Python
+                n = n.model_copy(update={"target": module_path(n.target)})
             v.nodes[n.name] = n
             v.order.append(n.name)
             if n.kind == "placeholder":
@@ -64,19 +83,27 @@ class GraphView:
                 and n.op in PASSTHROUGH
                 or (n.kind != "call_module" and n.op in PASSTHROUGH)
             ):
-                if n.op.startswith("dropout") or n.op == "alpha_dropout":
-                    p = n.module_attrs.get("p", arg_value(n, 1, "p", 0.5))
-                    if p not in (0, 0.0):
-                        raise Unsupported(f"{n.op}(p={p}) is random in training mode")
+                if "dropout" in n.op and n.kind != "call_module":
+                    # A Dropout module is the identity in eval mode (how the checker runs both
+                    # models); the functional form drops unless told it is not training.
+                    p = arg_value(n, 1, "p", 0.5)
+                    training = arg_value(n, 2, "training", True)
+                    if p not in (0, 0.0) and training is not False:
+                        raise Unsupported(f"{n.op}(p={p}, training=True) is random")
                 src = n.args[0] if n.args else None
                 if isinstance(src, dict) and "node" in src:
                     v.alias[n.name] = src["node"]
             elif n.kind == "output":
                 outs = n.args[0] if n.args else None
                 if isinstance(outs, dict) and "node" in outs:
-                    v.output = v.resolve(outs["node"])
+                    v.outputs = [outs["node"]]
+                elif isinstance(outs, list) and outs and all(is_node(o) for o in outs):
+                    v.outputs = [o["node"] for o in outs]
+                    v.tuple_output = True
                 else:
-                    raise Unsupported("the forward returns more than one tensor")
+                    raise Unsupported(f"the forward returns {outs!r}, not tensors")
+        v.outputs = [v.resolve(o) for o in v.outputs]
+        v.output = v.outputs[0] if v.outputs else ""
         for name in v.order:
             n = v.nodes[name]
             if n.kind in ("call_function", "call_method", "call_module") and name not in v.alias:
@@ -109,10 +136,10 @@ class GraphView:
     def compute_nodes(self) -> list[OpNode]:
         """The live call_* nodes in topological order (passthroughs removed)."""
         live: set[str] = set()
-        stack = [self.output]
+        stack = list(self.outputs) if len(self.outputs) > 1 else [self.output]
         while stack:
             name = stack.pop()
-            if name in live:
+            if name in live or (name in self.leaves and name != self.output):
                 continue
             live.add(name)
             stack.extend(self.refs(self.nodes[name]))
@@ -124,6 +151,20 @@ class GraphView:
 
     def leaf_of(self, name: str) -> Leaf | None:
         return self.leaves.get(self.resolve(name))
+
+
+def module_path(target: str) -> str:
+    """`layer1.0.conv1` -> `layer1[0].conv1`: a submodule path as a Python expression tail."""
+    parts = target.split(".")
+    out = ""
+    for p in parts:
+        if p.isdigit():
+            out += f"[{p}]"
+        elif p.isidentifier():
+            out += f".{p}" if out else p
+        else:
+            out += f"[{p!r}]"
+    return out
 
 
 def arg_value(n: OpNode, pos: int, key: str, default: Any = None) -> Any:
@@ -165,75 +206,13 @@ def forward_arg_names(source: str) -> list[str]:
     raise Unsupported("class Model has no forward")
 
 
-class _RenameSuper(ast.NodeTransformer):
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id == "super" and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Name) and first.id == "Model":
-                node.args[0] = ast.Name(id="ModelNew", ctx=ast.Load())
-        return node
-
-
-def model_new_init(source: str) -> str:
-    """Model.__init__ verbatim (super() renamed) so state_dict names and init match."""
-    cls = _model_class(source)
-    for item in cls.body:
-        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-            fn = _RenameSuper().visit(ast.parse(ast.unparse(item)).body[0])
-            ast.fix_missing_locations(fn)
-            text = ast.unparse(fn)
-            return "\n".join("    " + line if line else line for line in text.splitlines())
-    return "    def __init__(self):\n        super().__init__()"
-
-
-def module_prelude(source: str) -> str:
-    """The reference's imports and simple module-level constants (Model.__init__ may use them)."""
-    tree = ast.parse(source)
-    init_names = {n.id for n in ast.walk(_model_class(source)) if isinstance(n, ast.Name)}
-    keep: list[str] = []
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            keep.append(ast.unparse(node))
-        elif (
-            isinstance(node, ast.Assign)
-            and all(isinstance(t, ast.Name) for t in node.targets)
-            and any(t.id in init_names for t in node.targets)  # type: ignore[union-attr]
-        ):
-            try:
-                ast.literal_eval(node.value)
-            except ValueError:
-                continue
-            keep.append(ast.unparse(node))
-    return "\n".join(keep)
-
-
-HEADER = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-"""
-
-
 def assemble(desc: TaskDescription, kernels: str, launchers: str, forward_body: str, doc: str) -> str:
-    """A whole candidate file: imports, kernels, launchers, ModelNew."""
-    prelude = module_prelude(desc.source)
-    args = ", ".join(["self", *forward_arg_names(desc.source)])
-    return (
-        f'"""{doc}"""\n\n'
-        + HEADER
-        + (prelude + "\n" if prelude else "")
-        + "\n\n"
-        + kernels.strip()
-        + "\n\n\n"
-        + launchers.strip()
-        + "\n\n\nclass ModelNew(nn.Module):\n"
-        + model_new_init(desc.source)
-        + "\n\n"
-        + f"    def forward({args}):\n"
-        + "\n".join("        " + ln if ln else ln for ln in forward_body.strip().splitlines())
-        + "\n"
-    )
+    """A whole candidate file from one family's kernels, launchers and forward lines. The text
+    also carries them as a Piece, so the partition planner can place it among other groups."""
+    from .assemble import Assembled, Part, Piece, render
+
+    piece = Piece(kernels=kernels, launchers=launchers, forward=forward_body, doc=doc)
+    return Assembled(render(desc, [Part(piece)], doc), piece)
 
 
 def flit(v: Any) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from graph.records import ProfilerAdvice, RoleUsage
+from graph.records import ProfilerAdvice, RoleUsage, TaskDescription
 from nodes.models import ProfilerRequest
+
+from .graphview import Unsupported
+from .lowering import PARTITION, lower
+from .partition import group_cost
 
 # H200 figures used to interpret achieved numbers when the report has no roofline fraction.
 PEAK_GBPS = 4300.0
@@ -64,4 +68,29 @@ class ExpertProfiler:
                     evidence.append(f"{k.name}: {k.registers} registers per thread limits occupancy")
         if p.suggestion:
             evidence.append(f"tool suggestion: {p.suggestion}")
+        share = dominant_group(req.desc, req.attempt.candidate.params)
+        if share is not None:
+            tag, name, frac = share
+            evidence.append(f"group {tag} ({name}) holds ~{frac:.0%} of the estimated work")
+            plan = f"tune {tag} first: it dominates the estimated work; then " + plan
         return ProfilerAdvice(bottleneck=bottleneck, evidence=evidence, plan=plan), RoleUsage(calls=1)
+
+
+def dominant_group(desc: TaskDescription, params: dict) -> tuple[str, str, float] | None:
+    """(tag, family, share) of the group with the most estimated work, for a partitioned
+    candidate (its parameters are namespaced by group); None for a whole-graph kernel."""
+    if params.get("algorithm") != PARTITION:
+        return None
+    # The policy shapes the groups only where a family's algorithms are all library calls; a
+    # candidate using none of them was planned as under strict.
+    lib = any(str(v).startswith("library") for k, v in params.items() if k.endswith(".algorithm"))
+    try:
+        low = lower(desc, "mixed" if lib else "strict")
+    except Unsupported:
+        return None
+    costs = [(group_cost(low.view, u.group), u) for u in low.units if u.group is not None]
+    total = sum(c for c, _ in costs)
+    if not costs or total <= 0:
+        return None
+    cost, unit = max(costs, key=lambda x: x[0])
+    return unit.tag or "", unit.name, cost / total

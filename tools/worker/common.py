@@ -47,16 +47,51 @@ class CandidateLoadError(Exception):
         self.kind = kind
 
 
-def int_constants(source: str) -> dict[str, int]:
-    """Module-level `NAME = <int literal>` assignments (the task's size constants)."""
-    out: dict[str, int] = {}
-    tree = ast.parse(source)
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            v = node.value
-            if isinstance(v, ast.Constant) and type(v.value) is int:
-                out[node.targets[0].id] = v.value
+def _int_literal(v: ast.AST) -> int | None:
+    """The value of an int literal or of arithmetic on int literals (`16384 * 4`, `2 ** 10`)."""
+    if isinstance(v, ast.Constant) and type(v.value) is int:
+        return v.value
+    if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)):
+        a, b = _int_literal(v.left), _int_literal(v.right)
+        if a is None or b is None or (isinstance(v.op, ast.Pow) and not 0 <= b <= 64):
+            return None
+        if isinstance(v.op, ast.FloorDiv) and b == 0:
+            return None
+        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
+        if type(v.op) in ops:
+            return ops[type(v.op)]
+        return a // b if isinstance(v.op, ast.FloorDiv) else a**b
+    return None
+
+
+def _size_spans(source: str) -> dict[str, tuple[int, ast.AST]]:
+    """name -> (value, expression node) of every module-level size constant: `NAME = <int>`
+    (a literal or arithmetic on literals, `M = 16384 * 4`) and each int element of a list
+    constant, named `NAME[i]` (`layer_sizes = [16384, 16384]`; `[1024] * 16` has one)."""
+    out: dict[str, tuple[int, ast.AST]] = {}
+    for node in ast.parse(source).body:
+        if not (
+            isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        ):
+            continue
+        name, v = node.targets[0].id, node.value
+        if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mult) and isinstance(v.left, ast.List):
+            v = v.left  # [1024] * 16: the repeated element is the size
+        if isinstance(v, ast.List):
+            elems = [(i, _int_literal(e), e) for i, e in enumerate(v.elts)]
+            if elems and all(val is not None for _, val, _ in elems):
+                for i, val, e in elems:
+                    out[f"{name}[{i}]"] = (int(val), e)  # type: ignore[arg-type]
+            continue
+        val = _int_literal(v)
+        if val is not None:
+            out[name] = (val, v)
     return out
+
+
+def int_constants(source: str) -> dict[str, int]:
+    """The task's size constants (see _size_spans): name -> value."""
+    return {k: v for k, (v, _) in _size_spans(source).items()}
 
 
 def float_constants(source: str) -> dict[str, float]:
@@ -77,27 +112,13 @@ def apply_overrides(source: str, overrides: dict[str, int]) -> str:
     unknown = sorted(set(overrides) - set(consts))
     if unknown:
         raise BadTask(f"size override for unknown module-level int constant(s): {', '.join(unknown)}")
-    tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
+    spans = _size_spans(source)
     # Replace literal spans bottom-up so earlier offsets stay valid; keeps line numbers intact.
     edits = []
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id in overrides
-        ):
-            v = node.value
-            edits.append(
-                (
-                    v.lineno,
-                    v.col_offset,
-                    v.end_lineno,
-                    v.end_col_offset,
-                    str(int(overrides[node.targets[0].id])),
-                )
-            )
+    for name, value in overrides.items():
+        v = spans[name][1]
+        edits.append((v.lineno, v.col_offset, v.end_lineno, v.end_col_offset, str(int(value))))
     for l0, c0, l1, c1, text in sorted(edits, reverse=True):
         if l0 != l1:
             raise BadTask("multi-line size constant cannot be overridden")

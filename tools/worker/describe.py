@@ -73,9 +73,59 @@ def _elements(inputs: list[Any], outputs: list[Any], model: Any) -> int:
     return n
 
 
+def _runs(task_source: str, sizes: dict[str, int]) -> bool:
+    """The task builds and runs its forward on the CPU with these sizes."""
+    try:
+        t = load_task(task_source, sizes)
+        torch.manual_seed(0)
+        model = t.module.Model(*t.init_args())
+        with torch.no_grad():
+            model(*t.module.get_inputs())
+        return True
+    except Exception:
+        return False
+
+
 def choose_sizes(task_source: str, overrides: dict[str, int], budget: int = SHRINK_BUDGET) -> dict[str, int]:
-    """Halve the largest size constants (>= SHRINK_MIN) until inputs+outputs+params fit `budget`."""
-    sizes = {**int_constants(task_source), **overrides}
+    """Halve the largest size constants (>= SHRINK_MIN) until inputs+outputs+params fit `budget`.
+
+    The meta device does not check everything (a LayerNorm's shape, a pooling window larger
+    than its input, an assert on the image size), so the choice is run for real once; when the
+    task rejects it, halved constants get their size back one at a time until it runs."""
+    frozen: set[str] = set()
+    for _ in range(3):
+        current = _halved_sizes(task_source, overrides, budget, frozen)
+        if current == overrides or _runs(task_source, current):
+            return current
+        halved = sorted(set(current) - set(overrides), key=lambda k: -current[k])
+        # One size back first (the one the task could not take), else all of them in turn;
+        # then halve the others again with those kept.
+        back = next(
+            (k for k in halved if _runs(task_source, {n: v for n, v in current.items() if n != k})), None
+        )
+        if back is not None:
+            frozen.add(back)
+            continue
+        trial = dict(current)
+        back_all: list[str] = []
+        for k in halved:
+            trial.pop(k)
+            back_all.append(k)
+            if _runs(task_source, trial):
+                break
+        # keep halved what the task takes halved (e.g. the class count, not both image sides)
+        for k in list(back_all):
+            if _runs(task_source, {**trial, k: current[k]}):
+                trial[k] = current[k]
+                back_all.remove(k)
+        frozen |= set(back_all)
+    return dict(overrides)
+
+
+def _halved_sizes(
+    task_source: str, overrides: dict[str, int], budget: int, frozen: set[str]
+) -> dict[str, int]:
+    sizes = {k: v for k, v in {**int_constants(task_source), **overrides}.items() if k not in frozen}
     current = dict(overrides)
     for _ in range(64):
         inputs, outputs, _, model = _meta_run(task_source, current)
@@ -91,7 +141,10 @@ def choose_sizes(task_source: str, overrides: dict[str, int], budget: int = SHRI
             if eff[k] == top or eff[k] * 4 >= top:
                 trial = {**current, k: max(SHRINK_MIN // 2, eff[k] // 2)}
                 try:
-                    _meta_run(task_source, trial)
+                    t_in, t_out, _, t_model = _meta_run(task_source, trial)
+                    small = t_out and _elements(t_in, t_out, t_model) <= 4 * budget
+                    if small and not _runs(task_source, trial):
+                        continue  # once small, run for real (the meta device misses some checks)
                 except Exception:
                     continue  # halving this constant breaks the task (e.g. divisibility): keep it
                 current = trial

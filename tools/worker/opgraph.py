@@ -18,6 +18,9 @@ family can compute it from indices; any other constant is an opaque `tensor_cons
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import inspect
 import math
 import operator
 import re
@@ -83,6 +86,9 @@ _ALIASES: dict[str, str] = {
     "less": "lt",
 }
 
+# Tensor factories that draw new random values on every call.
+RANDOM_OPS = {"randn", "rand", "randn_like", "rand_like", "normal"}
+
 # nn.Module classes whose canonical op name is not just the snake_case class name.
 _MODULE_OPS: dict[str, str] = {
     "Linear": "linear",
@@ -137,6 +143,16 @@ _MODULE_OPS: dict[str, str] = {
     "CrossEntropyLoss": "cross_entropy",
     "TripletMarginLoss": "triplet_margin_loss",
     "CosineSimilarity": "cosine_similarity",
+    "LSTM": "lstm",
+    "GRU": "gru",
+    "RNN": "rnn",
+    "MultiheadAttention": "multihead_attention",
+    "AdaptiveAvgPool1d": "adaptive_avg_pool1d",
+    "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
+    "AdaptiveAvgPool3d": "adaptive_avg_pool3d",
+    "AdaptiveMaxPool1d": "adaptive_max_pool1d",
+    "AdaptiveMaxPool2d": "adaptive_max_pool2d",
+    "AdaptiveMaxPool3d": "adaptive_max_pool3d",
 }
 
 # Constructor attributes worth reporting for call_module nodes (when the module has them).
@@ -184,6 +200,17 @@ _MODULE_ATTRS = (
     "label_smoothing",
     "divisor_override",
     "ignore_index",
+    "output_size",
+    "batch_first",
+    "bidirectional",
+    "num_layers",
+    "hidden_size",
+    "input_size",
+    "nonlinearity",
+    "embed_dim",
+    "num_heads",
+    "unflattened_size",
+    "proj_size",
 )
 
 
@@ -259,6 +286,12 @@ def _module_attrs(mod: nn.Module) -> dict[str, Any]:
     # `bias` is a tensor attribute; what the generator needs is whether it exists.
     if hasattr(mod, "bias") and isinstance(mod.bias, (torch.Tensor, type(None))):
         out["bias"] = mod.bias is not None
+    if isinstance(mod, nn.MultiheadAttention):
+        out["packed_in_proj"] = bool(mod._qkv_same_embed_dim) and mod.in_proj_weight is not None
+        out["in_proj_bias"] = mod.in_proj_bias is not None
+        out["out_proj_bias"] = mod.out_proj.bias is not None
+        out["bias_kv"] = mod.bias_k is not None
+        out["add_zero_attn"] = bool(mod.add_zero_attn)
     return out
 
 
@@ -310,6 +343,23 @@ class _ConcreteProxy(torch.fx.Proxy):
         return super().__len__()
 
 
+# nn.Module's own attribute lookup and call, as they are outside a trace.
+_MODULE_GETATTR = nn.Module.__getattr__
+_MODULE_CALL = nn.Module.__call__
+
+
+@contextlib.contextmanager
+def _unpatched_modules():
+    """While fx traces, Module.__call__ and __getattr__ record into the graph; computing a
+    submodule's real output (or reading its parameter) needs the originals back for a moment."""
+    traced_getattr, traced_call = nn.Module.__getattr__, nn.Module.__call__
+    nn.Module.__getattr__, nn.Module.__call__ = _MODULE_GETATTR, _MODULE_CALL  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.__getattr__, nn.Module.__call__ = traced_getattr, traced_call  # type: ignore[method-assign]
+
+
 class _ConcreteTracer(torch.fx.Tracer):
     """torch.fx tracing with each node's example value computed as it is created."""
 
@@ -336,9 +386,9 @@ class _ConcreteTracer(torch.fx.Tracer):
             vals = self._value(args)
             return getattr(vals[0], target)(*vals[1:], **self._value(kwargs))
         if kind == "placeholder":
-            if self._placeholder_i >= len(self._examples):
-                raise RuntimeError("more forward arguments than example inputs")
-            value = self._examples[self._placeholder_i]
+            # past the examples: a parameter traced at its default (concrete_args)
+            i = self._placeholder_i
+            value = self._examples[i] if i < len(self._examples) else None
             self._placeholder_i += 1
         else:
             value = None
@@ -348,12 +398,14 @@ class _ConcreteTracer(torch.fx.Tracer):
             return p
         vals, kw = self._value(args), self._value(kwargs)
         if kind == "get_attr":
-            obj: Any = self.root
-            for part in str(target).split("."):
-                obj = getattr(obj, part)
+            with _unpatched_modules():
+                obj: Any = self.root
+                for part in str(target).split("."):
+                    obj = getattr(obj, part)
             value = obj
         elif kind == "call_module":
-            value = self.root.get_submodule(str(target))(*vals, **kw)
+            with _unpatched_modules():
+                value = self.root.get_submodule(str(target))(*vals, **kw)
         elif kind == "call_method":
             value = getattr(vals[0], str(target))(*vals[1:], **kw)
         elif kind == "call_function":
@@ -362,12 +414,27 @@ class _ConcreteTracer(torch.fx.Tracer):
         return p
 
 
+def _defaults_not_given(model: torch.nn.Module, n_given: int) -> dict[str, Any]:
+    """forward's parameters that get_inputs() leaves out, at their defaults (`mask=None`): traced
+    as the constants they are, so `if mask is not None` takes the branch the reference runs."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for p in params[n_given:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is p.empty:
+            return {}
+        out[p.name] = p.default
+    return out
+
+
 def _concrete_trace(model: torch.nn.Module, example_inputs: list) -> torch.fx.GraphModule:
     # Clone the examples: an in-place op in the forward must not change the caller's inputs.
     examples = [x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs]
     tracer = _ConcreteTracer(examples)
     with torch.no_grad():
-        graph = tracer.trace(model)
+        graph = tracer.trace(model, concrete_args=_defaults_not_given(model, len(examples)) or None)
     for n in graph.nodes:
         n.meta.pop("egg_value", None)
     return torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
@@ -414,6 +481,9 @@ def _constant_node(
     tri = _tri_mask(value)
     if tri is not None:
         return "tri_mask", tri
+    if value.numel() == 1 and value.dim() == 0 and value.dtype.is_floating_point:
+        # torch.tensor(self.c) built in forward: a number, written into the ops that read it
+        return "scalar_constant", {"value": _jsonable(float(value.item()))}
     return "tensor_constant", {}
 
 
@@ -435,6 +505,9 @@ def _shape_only_tensors(gm: torch.fx.GraphModule) -> list[str]:
             data[n.name] = False
             continue
         data[n.name] = any(data.get(a.name, True) for a in n.all_input_nodes)
+        if n.op == "call_function" and getattr(n.target, "__name__", "") in RANDOM_OPS:
+            # fresh noise on every call (torch.randn(n, d)): a constant it is not
+            data[n.name] = True
         if (
             not data[n.name]
             and n.meta.get("tensor_meta") is not None
@@ -442,6 +515,28 @@ def _shape_only_tensors(gm: torch.fx.GraphModule) -> list[str]:
         ):
             found.append(n.name)
     return found
+
+
+def _traced(gm: torch.fx.GraphModule, model: torch.nn.Module) -> torch.fx.GraphModule:
+    """The traced module with every attribute the graph reads restored from a fresh copy of
+    `model`: a forward that assigns to self (`self.h = torch.tanh(...)`) leaves a proxy of the
+    trace in the traced root, which shape propagation would then extend instead of running."""
+    clean = copy.deepcopy(model)
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        *path, last = str(n.target).split(".")
+        src: Any = clean
+        dst: Any = gm
+        try:
+            for p in path:
+                src, dst = getattr(src, p), getattr(dst, p)
+            value = getattr(src, last)
+        except AttributeError:
+            continue  # an fx constant the trace created
+        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+            setattr(dst, last, value)
+    return gm
 
 
 def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], str | None]:
@@ -452,11 +547,14 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
     own_attrs = set(vars(model))
     own_attrs |= {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
     try:
-        gm = torch.fx.symbolic_trace(model)
+        # Each trace gets its own copy: a forward that assigns to self (self.h = ...) would
+        # otherwise leave a proxy of this trace in the module for the next trace to extend.
+        defaults = _defaults_not_given(model, len(example_inputs)) or None
+        gm = _traced(torch.fx.symbolic_trace(copy.deepcopy(model), concrete_args=defaults), model)
     except Exception as e:  # shape-derived Python values, data-dependent control flow...
         first = f"torch.fx symbolic_trace failed: {type(e).__name__}: {str(e)[:300]}"
         try:
-            gm = _concrete_trace(model, example_inputs)
+            gm = _traced(_concrete_trace(copy.deepcopy(model), example_inputs), model)
         except Exception as e2:  # data-dependent control flow etc.: a description, not a crash
             return [], f"{first}; concrete-shape trace failed: {type(e2).__name__}: {str(e2)[:200]}"
     try:
@@ -468,7 +566,7 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
         # Masks/positions built from traced sizes: trace again with concrete shapes so they become
         # constants (and canonical tri_mask nodes); keep the symbolic graph if that fails.
         try:
-            cgm = _concrete_trace(model, example_inputs)
+            cgm = _traced(_concrete_trace(copy.deepcopy(model), example_inputs), model)
             with torch.no_grad():
                 ShapeProp(cgm).propagate(*example_inputs)
             gm = cgm
@@ -535,4 +633,371 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
                 "dtype": dtype,
             }
         )
-    return nodes, None
+    return normalize(nodes), None
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation: spellings the families do not know, rewritten into ops they do
+# ---------------------------------------------------------------------------------------------
+
+
+def _ones(v: Any, nd: int) -> bool:
+    vals = v if isinstance(v, list) else [v] * nd
+    return len(vals) == nd and all(x == 1 for x in vals)
+
+
+def _adaptive_pool(n: dict) -> dict | None:
+    """adaptive_{avg,max}_pool{n}d to a single output element per channel -> mean / amax over
+    the pooled dims, keepdim (what global pooling computes, at any input size)."""
+    op = n["op"]
+    m = re.fullmatch(r"adaptive_(avg|max)_pool([123])d", op)
+    if m is None:
+        return None
+    nd = int(m.group(2))
+    if n["kind"] == "call_module":
+        out_size = n["module_attrs"].get("output_size")
+        if n["module_attrs"].get("return_indices"):
+            return None
+        src = n["args"][0] if n["args"] else None
+    else:
+        out_size = n["args"][1] if len(n["args"]) > 1 else n["kwargs"].get("output_size")
+        src = n["args"][0] if n["args"] else n["kwargs"].get("input")
+    if not _ones(out_size, nd) or not isinstance(src, dict) or "node" not in src:
+        return None
+    red = "mean" if m.group(1) == "avg" else "amax"
+    return {
+        **n,
+        "kind": "call_function",
+        "op": red,
+        "target": f"torch.{red}",
+        "args": [src, list(range(-nd, 0))],
+        "kwargs": {"keepdim": True},
+        "module_type": None,
+        "module_attrs": {},
+    }
+
+
+def _node(
+    name: str, kind: str, op: str, target: str, args: list, shape: list[int] | None, dtype: Any
+) -> dict:
+    return {
+        "name": name,
+        "kind": kind,
+        "op": op,
+        "target": target,
+        "args": args,
+        "kwargs": {},
+        "module_type": None,
+        "module_attrs": {},
+        "shape": shape,
+        "dtype": dtype,
+    }
+
+
+def _einsum(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
+    """A two-operand einsum as views around one batched matmul: permute each operand to
+    (batch, free, contracted) / (batch, contracted, free), merge each group into one dim (sizes
+    read from the operands at run time), matmul, split the dims back and permute to the output
+    order. None for what this does not cover (ellipsis, repeated or summed-out indices)."""
+    args = n["args"]
+    if n["op"] != "einsum" or not args or not isinstance(args[0], str):
+        return None
+    ops = args[1:]
+    if len(ops) == 1 and isinstance(ops[0], list):
+        ops = ops[0]
+    eq = args[0].replace(" ", "")
+    if (
+        len(ops) != 2
+        or "..." in eq
+        or "->" not in eq
+        or not all(isinstance(o, dict) and "node" in o for o in ops)
+    ):
+        return None
+    lhs, out_idx = eq.split("->")
+    if lhs.count(",") != 1:
+        return None
+    a_idx, b_idx = lhs.split(",")
+    sa, sb = (by_name[o["node"]]["shape"] for o in ops)
+    if sa is None or sb is None or len(sa) != len(a_idx) or len(sb) != len(b_idx):
+        return None
+    if any(len(set(x)) != len(x) for x in (a_idx, b_idx, out_idx)):
+        return None
+    batch = [c for c in out_idx if c in a_idx and c in b_idx]
+    contr = [c for c in a_idx if c in b_idx and c not in out_idx]
+    left = [c for c in out_idx if c in a_idx and c not in b_idx]
+    right = [c for c in out_idx if c in b_idx and c not in a_idx]
+    if set(a_idx) != set(batch + contr + left) or set(b_idx) != set(batch + contr + right):
+        return None
+    size = {c: sa[a_idx.index(c)] for c in a_idx} | {c: sb[b_idx.index(c)] for c in b_idx}
+    name, dtype = n["name"], n["dtype"]
+    new: list[dict] = []
+    k = [0]
+
+    def fresh() -> str:
+        k[0] += 1
+        return f"{name}_e{k[0]}"
+
+    def size_of(c: str) -> Any:
+        """A run-time size node of index c (read from the operand that has it)."""
+        src, idx = (ops[0], a_idx) if c in a_idx else (ops[1], b_idx)
+        m = fresh()
+        new.append(_node(m, "call_method", "size", "size", [src, idx.index(c)], None, None))
+        return {"node": m}
+
+    def product(cs: list[str]) -> Any:
+        if not cs:
+            return 1
+        acc = size_of(cs[0])
+        for c in cs[1:]:
+            m = fresh()
+            new.append(_node(m, "call_function", "mul", "operator.mul", [acc, size_of(c)], None, None))
+            acc = {"node": m}
+        return acc
+
+    def permuted(src: dict, idx: str, order: list[str]) -> tuple[dict, list[int]]:
+        perm = [idx.index(c) for c in order]
+        shape = [size[c] for c in order]
+        if perm == list(range(len(perm))):
+            return src, shape
+        m = fresh()
+        new.append(_node(m, "call_method", "permute", "permute", [src, perm], shape, dtype))
+        return {"node": m}, shape
+
+    def merged(src: dict, groups: list[list[str]]) -> dict:
+        m = fresh()
+        shape = [math.prod(size[c] for c in g) for g in groups]
+        new.append(
+            _node(m, "call_method", "reshape", "reshape", [src, [product(g) for g in groups]], shape, dtype)
+        )
+        return {"node": m}
+
+    pa, _ = permuted(ops[0], a_idx, batch + left + contr)
+    pb, _ = permuted(ops[1], b_idx, batch + contr + right)
+    ra = merged(pa, [batch, left, contr])
+    rb = merged(pb, [batch, contr, right])
+    mm = fresh()
+    nb, nl, nr = (math.prod(size[c] for c in g) for g in (batch, left, right))
+    new.append(_node(mm, "call_function", "matmul", "torch.matmul", [ra, rb], [nb, nl, nr], dtype))
+    split = batch + left + right
+    perm = [split.index(c) for c in out_idx]
+    last = name if perm == list(range(len(perm))) else fresh()
+    new.append(
+        _node(
+            last,
+            "call_method",
+            "reshape",
+            "reshape",
+            [{"node": mm}, [size_of(c) for c in split]],
+            [size[c] for c in split],
+            dtype,
+        )
+    )
+    if last != name:
+        new.append(
+            _node(name, "call_method", "permute", "permute", [{"node": last}, perm], n["shape"], dtype)
+        )
+    return new
+
+
+def _mha(n: dict, nodes: list[dict]) -> list[dict] | None:
+    """nn.MultiheadAttention self-attention (query, key and value one tensor, no masks, packed
+    input projection) as the ops it computes: one linear with in_proj_weight, the head split as
+    views, scaled_dot_product_attention, the heads merged back, and out_proj. The module's
+    (output, weights) tuple: `getitem(attn, 0)` becomes the output; the weights are not built."""
+    a = n["module_attrs"]
+    if n["kind"] != "call_module" or n["op"] != "multihead_attention":
+        return None
+    if not a.get("packed_in_proj") or a.get("bias_kv") or a.get("add_zero_attn"):
+        return None
+    q, k, v = (n["args"] + [None, None, None])[:3]
+    k = k if k is not None else n["kwargs"].get("key")
+    v = v if v is not None else n["kwargs"].get("value")
+    if not (isinstance(q, dict) and "node" in q) or q != k or q != v:
+        return None
+    if any(n["kwargs"].get(m) is not None for m in ("key_padding_mask", "attn_mask")):
+        return None
+    if n["kwargs"].get("is_causal"):
+        return None
+    users = [u for u in nodes if _refs(u, n["name"])]
+    for u in users:
+        weights = u["kind"] == "output" or u["op"] != "getitem" or u["args"][1] != 0
+        if weights and (u["kind"] == "output" or any(_refs(w, u["name"]) for w in nodes)):
+            return None  # the attention weights are used: not rewritten
+    name, dtype, shape = n["name"], n["dtype"], n["shape"]
+    mod, heads = n["target"], int(a["num_heads"])
+    seq_dim, batch_dim = (1, 0) if a.get("batch_first") else (0, 1)
+    e = int(a["embed_dim"])
+    new: list[dict] = []
+
+    def add(op: str, kind: str, target: str, args: list, shape: Any, kwargs: dict | None = None) -> dict:
+        m = f"{name}_m{len(new) + 1}"
+        node = _node(m, kind, op, target, args, shape, dtype if shape is not None else None)
+        node["kwargs"] = kwargs or {}
+        new.append(node)
+        return {"node": m}
+
+    def param(attr: str, pshape: list[int]) -> dict:
+        m = f"{name}_m{len(new) + 1}"
+        new.append(_node(m, "get_attr", "param", f"{mod}.{attr}", [], pshape, dtype))
+        return {"node": m}
+
+    sl, nb = shape[seq_dim], shape[batch_dim]
+    hd = e // heads
+    w_in = param("in_proj_weight", [3 * e, e])
+    b_in = param("in_proj_bias", [3 * e]) if a.get("in_proj_bias") else None
+    qkv = add("linear", "call_function", "torch.nn.functional.linear", [q, w_in, b_in], shape[:2] + [3 * e])
+    parts = add("chunk", "call_method", "chunk", [qkv, 3, -1], shape[:2] + [e])
+    s_len = add("size", "call_method", "size", [q, seq_dim], None)
+    s_b = add("size", "call_method", "size", [q, batch_dim], None)
+    s_e = add("size", "call_method", "size", [q, 2], None)
+    s_hd = add("floor_divide", "call_function", "operator.floordiv", [s_e, heads], None)
+    s_bh = add("mul", "call_function", "operator.mul", [s_b, heads], None)
+    heads_out = []
+    for i in range(3):
+        t = add("getitem", "call_function", "operator.getitem", [parts, i], shape[:2] + [e])
+        if seq_dim == 1:  # batch_first: (N, L, E) -> (L, N, E)
+            t = add("transpose", "call_method", "transpose", [t, 0, 1], [sl, nb, e])
+        heads_out.append(
+            add("reshape", "call_method", "reshape", [t, [s_len, s_bh, s_hd]], [sl, nb * heads, hd])
+        )
+    qh, kh, vh = (
+        add("transpose", "call_method", "transpose", [t, 0, 1], [nb * heads, sl, hd]) for t in heads_out
+    )
+    att = add(
+        "scaled_dot_product_attention",
+        "call_function",
+        "torch.nn.functional.scaled_dot_product_attention",
+        [qh, kh, vh],
+        [nb * heads, sl, hd],
+    )
+    att = add("transpose", "call_method", "transpose", [att, 0, 1], [sl, nb * heads, hd])
+    att = add("reshape", "call_method", "reshape", [att, [s_len, s_b, s_e]], [sl, nb, e])
+    if seq_dim == 1:
+        att = add("transpose", "call_method", "transpose", [att, 0, 1], [nb, sl, e])
+    w_out = param("out_proj.weight", [e, e])
+    b_out = param("out_proj.bias", [e]) if a.get("out_proj_bias") else None
+    out = add("linear", "call_function", "torch.nn.functional.linear", [att, w_out, b_out], shape)
+    for u in users:
+        if u["op"] == "getitem" and u["args"][1] == 0:
+            u.update(op="identity", kind="call_function", target="identity", args=[out], kwargs={})
+    return new
+
+
+def _refs(n: dict, name: str) -> bool:
+    found = False
+
+    def walk(x: Any) -> None:
+        nonlocal found
+        if isinstance(x, dict) and x.get("node") == name:
+            found = True
+        elif isinstance(x, (list, dict)):
+            for y in x.values() if isinstance(x, dict) else x:
+                walk(y)
+
+    walk(n["args"])
+    walk(n["kwargs"])
+    return found
+
+
+def _substitute(x: Any, values: dict[str, Any]) -> Any:
+    if isinstance(x, dict) and set(x) == {"node"} and x["node"] in values:
+        return values[x["node"]]
+    if isinstance(x, list):
+        return [_substitute(y, values) for y in x]
+    if isinstance(x, dict):
+        return {k: _substitute(y, values) for k, y in x.items()}
+    return x
+
+
+def _binary_min_max(n: dict) -> dict | None:
+    """torch.min/max(a, b) of two tensors (not a dim) is the elementwise minimum/maximum."""
+    if n["op"] not in ("min", "max") or len(n["args"]) < 2:
+        return None
+    other = n["args"][1]
+    if isinstance(other, (int, bool)) or (isinstance(other, dict) and "node" not in other):
+        return None  # a dim
+    if isinstance(other, list):
+        return None
+    return {**n, "op": "minimum" if n["op"] == "min" else "maximum"}
+
+
+def _state_copies(nodes: list[dict]) -> list[dict]:
+    """`self.h.copy_(x)` then reads of `self.h`: module state overwritten in forward. Reads after
+    the copy see x, so they (and the copy) become x itself; the candidate needs no state."""
+    by_name = {n["name"]: n for n in nodes}
+    written: dict[str, dict] = {}
+    out = []
+    for n in nodes:
+        if n["kind"] == "get_attr" and n["target"] in written:
+            n = {
+                **n,
+                "kind": "call_function",
+                "op": "identity",
+                "target": "identity",
+                "args": [written[n["target"]]],
+            }
+        elif n["kind"] == "call_method" and n["op"] == "copy_" and len(n["args"]) >= 2:
+            dst, src = n["args"][0], n["args"][1]
+            dn = by_name.get(dst["node"]) if isinstance(dst, dict) and "node" in dst else None
+            sn = by_name.get(src["node"]) if isinstance(src, dict) and "node" in src else None
+            if dn is not None and sn is not None and dn["kind"] == "get_attr" and dn["shape"] == sn["shape"]:
+                written[dn["target"]] = src
+                n = {**n, "kind": "call_function", "op": "identity", "target": "identity", "args": [src]}
+        out.append(n)
+    return out
+
+
+def _lp_normalize(n: dict) -> list[dict] | None:
+    """F.normalize(x, p=2, dim, eps) = x / max(||x||_2 over dim (keepdim), eps)."""
+    if n["op"] != "normalize" or n["kind"] != "call_function":
+        return None
+    args, kw = n["args"], n["kwargs"]
+    x = args[0] if args else kw.get("input")
+    p = args[1] if len(args) > 1 else kw.get("p", 2.0)
+    dim = args[2] if len(args) > 2 else kw.get("dim", 1)
+    eps = args[3] if len(args) > 3 else kw.get("eps", 1e-12)
+    if p not in (2, 2.0) or not isinstance(dim, int) or not isinstance(eps, (int, float)) or kw.get("out"):
+        return None
+    name, shape, dtype = n["name"], n["shape"], n["dtype"]
+    red = list(shape or [])
+    if red:
+        red[dim % len(red)] = 1
+    norm = _node(f"{name}_norm", "call_function", "norm", "torch.norm", [x, 2], red, dtype)
+    norm["kwargs"] = {"dim": [dim], "keepdim": True}
+    low = _node(
+        f"{name}_clamp",
+        "call_function",
+        "clamp_min",
+        "torch.clamp_min",
+        [{"node": norm["name"]}, eps],
+        red,
+        dtype,
+    )
+    div = _node(name, "call_function", "div", "operator.truediv", [x, {"node": low["name"]}], shape, dtype)
+    return [norm, low, div]
+
+
+def normalize(nodes: list[dict]) -> list[dict]:
+    """Rewrite nodes into the op set the expert's families know (same names, same values)."""
+    nodes = _state_copies(nodes)
+    out: list[dict] = []
+    by_name: dict[str, dict] = {}
+    scalars = {n["name"]: n["kwargs"]["value"] for n in nodes if n["op"] == "scalar_constant"}
+    if scalars:
+        nodes = [
+            {**n, "args": _substitute(n["args"], scalars), "kwargs": _substitute(n["kwargs"], scalars)}
+            for n in nodes
+            if n["name"] not in scalars
+        ]
+    for n in nodes:
+        if n["kind"] in ("call_module", "call_function", "call_method"):
+            new = _adaptive_pool(n) or _binary_min_max(n)
+            rewritten = (
+                [new] if new is not None else (_einsum(n, by_name) or _mha(n, nodes) or _lp_normalize(n))
+            )
+        else:
+            rewritten = None
+        for m in rewritten or [n]:
+            out.append(m)
+            by_name[m["name"]] = m
+    return out

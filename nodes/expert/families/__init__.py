@@ -16,17 +16,21 @@ from types import ModuleType
 from . import (
     attention,
     batchnorm,
+    cat,
     conv,
     elementwise,
     gemm,
     groupnorm,
     libconv,
     pooling,
+    random,
     reduction,
+    rnn,
     rowloss,
     rownorm,
     scan,
     softmax,
+    tri,
     xent,
 )
 
@@ -48,4 +52,8 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("rowloss", rowloss),
     ("xent", xent),
     ("pooling", pooling),
+    ("cat", cat),
+    ("tri", tri),
+    ("rnn", rnn),
+    ("random", random),
 ]

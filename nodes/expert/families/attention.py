@@ -15,7 +15,7 @@ blocks entirely visible run unmasked, diagonal blocks are masked, blocks past it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graph.records import TaskDescription
@@ -33,6 +33,9 @@ class AttnPlan:
     causal: bool
     dtype: str
     diag: int = 1  # causal: key j is visible to query i when j - i < diag
+    # Scale factors computed in forward (Python numbers, e.g. 1 / math.sqrt(k.size(-1)) of a
+    # partitioned graph), multiplied into `scale` at run time.
+    scale_exprs: list[str] = field(default_factory=list)
 
 
 def _const(x: Any) -> float:
@@ -70,13 +73,19 @@ def match(view: GraphView) -> AttnPlan | None:
         raise Unsupported("attention followed by more ops")
     between = nodes[nodes.index(s1) + 1 : nodes.index(sm)]
     scale = 1.0
+    scale_exprs: list[str] = []
     diag: int | None = None
     masks = {n.name for n in between if n.op == "tri_mask"}
     for n in between:
         refs = view.refs(n)
+        scalars = [view.leaves[r] for r in refs if r in view.leaves and view.leaves[r].is_scalar]
         if n.op == "tri_mask":
             continue
-        if n.op == "mul" and len(refs) == 1:
+        if n.op == "mul" and len(refs) == 2 and len(scalars) == 1:
+            scale_exprs.append(f"float({scalars[0].expr})")
+        elif n.op == "div" and len(refs) == 2 and len(scalars) == 1 and view.refs(n)[1] == scalars[0].name:
+            scale_exprs.append(f"(1.0 / float({scalars[0].expr}))")
+        elif n.op == "mul" and len(refs) == 1:
             scale *= _const(n.args[1] if is_node(n.args[0]) else n.args[0])
         elif n.op == "div" and len(refs) == 1 and is_node(n.args[0]):
             scale /= _const(n.args[1])
@@ -84,8 +93,8 @@ def match(view: GraphView) -> AttnPlan | None:
             diag = _causal_mask(view, n, s1)
         else:
             raise Unsupported(f"{n.op} between the score matmul and the softmax")
-    if diag is not None and scale <= 0:
-        raise Unsupported("causal mask with a non-positive score scale")
+    if diag is not None and (scale <= 0 or scale_exprs):
+        raise Unsupported("causal mask with a non-positive or run-time score scale")
     rank = len(sm.shape or [])
     if int(arg_value(sm, 1, "dim", -1)) % max(rank, 1) != rank - 1:
         raise Unsupported("attention softmax not over the key dim")
@@ -103,7 +112,7 @@ def match(view: GraphView) -> AttnPlan | None:
     # (the checker's second-shape trial caught a baked-in 1/sqrt(64)).
     q_node = view.nodes[view.resolve(s1.args[0]["node"])] if is_node(s1.args[0]) else None
     head_dim = (q_node.shape or [0])[-1] if q_node is not None else 0
-    if head_dim and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
+    if head_dim and not scale_exprs and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
         scale = None
     return AttnPlan(
         _operand(view, s1.args[0]),
@@ -113,6 +122,7 @@ def match(view: GraphView) -> AttnPlan | None:
         diag is not None,
         s2.dtype or "float32",
         diag if diag is not None else 1,
+        scale_exprs,
     )
 
 
@@ -239,7 +249,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: AttnPlan, params: dic
         precision = "ieee" if algo.endswith("ieee") else "tf32x3"
     bm, bn = int(params["BLOCK_M"]), int(params["BLOCK_N"])
     warps, stages = int(params["num_warps"]), int(params["num_stages"])
-    scale = "1.0 / math.sqrt(q.shape[-1])" if plan.scale is None else repr(plan.scale)
+    scale = "None" if plan.scale is None else " * ".join([repr(plan.scale), *plan.scale_exprs])
     launcher = f'''
 import math
 
@@ -250,7 +260,9 @@ def _as3(t):
     return t3
 
 
-def launch_attention(q, k, v):
+def launch_attention(q, k, v, scale):
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
     out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
     out = torch.empty(out_shape, device=q.device, dtype=q.dtype)
     q3, k3, v3 = _as3(q), _as3(k), _as3(v)
@@ -266,7 +278,7 @@ def launch_attention(q, k, v):
     block_d = max(16, triton.next_power_of_2(D))
     block_dv = max(16, triton.next_power_of_2(DV))
     grid = (triton.cdiv(M, {bm}), q3.shape[0])
-    attn_fwd_kernel[grid](q3, k3, v3, o3, M, N, D, DV, q3.shape[0], {scale},
+    attn_fwd_kernel[grid](q3, k3, v3, o3, M, N, D, DV, q3.shape[0], scale,
                           q3.stride(0), q3.stride(1), q3.stride(2), k3.stride(0), k3.stride(1), k3.stride(2),
                           v3.stride(0), v3.stride(1), v3.stride(2), o3.stride(0), o3.stride(1), o3.stride(2),
                           BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_D=block_d, BLOCK_DV=block_dv,
@@ -280,6 +292,6 @@ def launch_attention(q, k, v):
         desc,
         _kernel(precision, plan.causal, plan.diag),
         launcher,
-        f"return launch_attention({plan.q}, {plan.k}, {plan.v})",
+        f"return launch_attention({plan.q}, {plan.k}, {plan.v}, {scale})",
         doc,
     )

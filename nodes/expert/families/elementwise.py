@@ -13,33 +13,9 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, assemble
+from ..kernelfiles import kernel_source
 
-BCAST_HELPER = '''
-def _bcast(t, shape):
-    """(contiguous tensor, mode, inner, size): mode 0 = same shape, 1 = one element, 2 = block."""
-    n = 1
-    for s in shape:
-        n *= s
-    if t.numel() == 1:
-        return t.reshape(1), 1, 1, 1
-    if tuple(t.shape) == tuple(shape):
-        return t.contiguous(), 0, 1, n
-    dims = [1] * (len(shape) - t.dim()) + list(t.shape)
-    if len(dims) != len(shape):
-        raise ValueError(f"operand of shape {tuple(t.shape)} does not broadcast to {tuple(shape)}")
-    nz = [i for i, d in enumerate(dims) if d != 1]
-    lo, hi = nz[0], nz[-1]
-    for i in range(lo, hi + 1):
-        if dims[i] != shape[i]:
-            raise ValueError(f"broadcast of {tuple(t.shape)} to {tuple(shape)} is not one block")
-    inner = 1
-    for s in shape[hi + 1:]:
-        inner *= s
-    size = 1
-    for s in shape[lo:hi + 1]:
-        size *= s
-    return t.contiguous(), 2, inner, size
-'''
+BCAST_HELPER = kernel_source("ew.py", "_bcast")
 
 
 @dataclass

@@ -137,7 +137,7 @@ def match(view: GraphView) -> GemmPlan | None:
     b_ref = g.args[1] if len(g.args) > 1 else g.kwargs.get("other", g.kwargs.get("mat2"))
     a_shape = view.nodes[view.resolve(a_ref["node"])].shape or []
     b_shape = view.nodes[view.resolve(b_ref["node"])].shape or []
-    if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
+    if len(a_shape) < 2 or len(b_shape) < 2:
         raise Unsupported(f"matmul of ranks {len(a_shape)}x{len(b_shape)}")
     return GemmPlan(
         "matmul",
@@ -622,9 +622,14 @@ def _gemm_operands(a, b):
     else:
         bs = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         out_shape = tuple(bs) + (a.shape[-2], b.shape[-1])
+        nb = 1
+        for s in bs:
+            nb *= s
         if len(bs) > 1:
-            raise ValueError(f"batch rank {len(bs)} is not supported")
-        nb = bs[0] if len(bs) == 1 else 1
+            # (b, h, m, k) @ (b, h, k, n): the batch dims merge into one (a view when strides
+            # allow, else a copy); broadcast batch dims are expanded first.
+            a = a.expand(tuple(bs) + tuple(a.shape[-2:])).reshape(nb, a.shape[-2], a.shape[-1])
+            b = b.expand(tuple(bs) + tuple(b.shape[-2:])).reshape(nb, b.shape[-2], b.shape[-1])
         a = a.expand(nb, a.shape[-2], a.shape[-1]) if a.dim() == 3 else a.unsqueeze(0).expand(nb, -1, -1)
         b = b.expand(nb, b.shape[-2], b.shape[-1]) if b.dim() == 3 else b.unsqueeze(0).expand(nb, -1, -1)
     if a.dim() == 2:

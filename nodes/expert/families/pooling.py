@@ -37,6 +37,9 @@ class PoolPlan:
     pool_node: str
     scalars: list[Leaf]
     conv_call: str | None = None
+    # A pooling module's (kernel, stride, padding, dilation) read at run time (module scalars
+    # may differ from the captured ones, e.g. at the checker's second shape).
+    geometry: str | None = None
 
 
 def _tup(v: Any, nd: int, name: str) -> list[int]:
@@ -114,8 +117,25 @@ def match(view: GraphView) -> PoolPlan | None:
     for lf in prologue.scalar_leaves + epilogue.scalar_leaves:
         if lf.name not in [s.name for s in scalars]:
             scalars.append(lf)
+    geometry = None
+    if p.kind == "call_module":
+        m = f"self.{p.target}"
+        geometry = f"({m}.kernel_size, {m}.stride, {m}.padding, {m + '.dilation' if kind == 'max' else '1'})"
     return PoolPlan(
-        kind, nd, ks, stride, padding, dilation, cip, x, prologue, epilogue, p.name, scalars, conv_call
+        kind,
+        nd,
+        ks,
+        stride,
+        padding,
+        dilation,
+        cip,
+        x,
+        prologue,
+        epilogue,
+        p.name,
+        scalars,
+        conv_call,
+        geometry,
     )
 
 
@@ -176,7 +196,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
     if is_max:
         final = "res = acc"
     elif plan.count_include_pad:
-        final = f"res = acc / {float(KD * KH * KW)!r}"
+        final = "res = acc / (KD * KH * KW)"
     else:
         final = "res = acc / cnt"
     scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
@@ -225,13 +245,20 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
     launcher = (
         _EPI_MODE
         + f"""
-def launch_pool(x{targs}{sargs}):
+def launch_pool(x{targs}{sargs}, geometry=None):
     if x.dim() != {nd + 2}:
         raise ValueError(f"expected a {nd + 2}-d input, got {{tuple(x.shape)}}")
     x = x.contiguous()
     spatial = [1] * {3 - nd} + list(x.shape[2:])
     D, H, W = spatial
     k, s, p, d = {[KD, KH, KW]!r}, {[SD, SH, SW]!r}, {[PD, PH, PW]!r}, {[DD, DH, DW]!r}
+    if geometry is not None:
+        def dims(v, fill):
+            v = list(v) if isinstance(v, (list, tuple)) else [v] * {nd}
+            return [fill] * {3 - nd} + [int(a) for a in v]
+        k = dims(geometry[0], 1)
+        s = k if geometry[1] is None or geometry[1] == [] else dims(geometry[1], 1)
+        p, d = dims(geometry[2], 0), dims(geometry[3], 1)
     outs = [(L + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i, L in enumerate(spatial)]
     if min(outs) <= 0:
         raise ValueError("pooling window larger than the padded input")
@@ -241,12 +268,14 @@ def launch_pool(x{targs}{sargs}):
         return out
     OD, OH, OW = outs{tprep}
     pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, x.shape[1], D, H, W, OD, OH, OW{tcall}{scall},
-        KD={KD}, KH={KH}, KW={KW}, SD={SD}, SH={SH}, SW={SW}, PD={PD}, PH={PH}, PW={PW},
-        DD={DD}, DH={DH}, DW={DW}, BLOCK={block}{tmodes}, num_warps={int(params["num_warps"])})
+        KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],
+        DD=d[0], DH=d[1], DW=d[2], BLOCK={block}{tmodes}, num_warps={int(params["num_warps"])})
     return out
 """
     )
     call = [plan.x.expr] + [lf.expr for lf in plan.epilogue.tensor_leaves] + [lf.expr for lf in plan.scalars]
+    if plan.geometry:
+        call.append(f"geometry={plan.geometry}")
     doc = f"EGG expert: pooling family ({plan.op}_pool{nd}d), algorithm {params['algorithm']}."
     fwd = f"return launch_pool({', '.join(call)})"
     if plan.conv_call:

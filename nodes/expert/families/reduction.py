@@ -21,6 +21,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
+from ..kernelfiles import kernel_source
 
 RED_OPS = {"sum", "mean", "max", "min", "amax", "amin", "prod", "argmax", "argmin", "logsumexp"}
 LOSS_OPS = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
@@ -34,11 +35,7 @@ _COMB = {
     "min": ("float('inf')", "tl.minimum({a}, {b})", "tl.min({a}, {ax})"),
 }
 
-HELPERS = """
-@triton.jit
-def _red_mul(a, b):
-    return a * b
-"""
+HELPERS = kernel_source("reduce.py", "_red_mul")
 
 
 @dataclass

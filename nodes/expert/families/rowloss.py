@@ -18,6 +18,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, flit, is_node
+from ..kernelfiles import kernel_source
 
 ROW_LOSS_OPS = {"cosine_similarity", "triplet_margin_loss"}
 
@@ -148,16 +149,7 @@ def _kernel(plan: RlPlan) -> str:
     return "@triton.jit\ndef rl_row_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
-SUM_KERNEL = """
-@triton.jit
-def rl_sum_kernel(v_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
-    offs0 = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n, BLOCK):
-        offs = start + offs0
-        acc += tl.load(v_ptr + offs, mask=offs < n, other=0.0)
-    tl.store(out_ptr, tl.sum(acc, 0) * scale)
-"""
+SUM_KERNEL = kernel_source("rowloss.py", "rl_sum_kernel")
 
 LAUNCH = """
 def launch_row_loss(xs, kind, eps, margin, reduce, block_n, warps):

@@ -1,0 +1,230 @@
+"""Host nodes: views and shape arithmetic, written back as Python lines of `forward`.
+
+A view (reshape, permute, slicing, chunk, ...) moves no data, and Python arithmetic on sizes
+computes no tensor: the partition planner leaves both out of kernels and `forward` evaluates
+them as the reference does, on the run's own shapes (`x.view(x.size(0), -1)` stays exactly
+that, so other sizes keep working). The checker counts views as views, not as PyTorch compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from graph.records import OpNode
+
+from .graphview import GraphView, Unsupported, arg_value, is_node
+
+# Tensor methods / functions that only view (or describe) a tensor.
+VIEW_OPS = {
+    "reshape",
+    "view",
+    "flatten",
+    "unflatten",
+    "permute",
+    "transpose",
+    "swapaxes",
+    "swapdims",
+    "t",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "expand_as",
+    "view_as",
+    "reshape_as",
+    "contiguous",
+    "chunk",
+    "split",
+    "tensor_split",
+    "unbind",
+    "narrow",
+    "select",
+    "movedim",
+    "moveaxis",
+    "getitem",
+    "getattr",
+    "size",
+    "dim",
+    "ndimension",
+    "numel",
+    "nelement",
+    "stride",
+    "is_contiguous",
+    # dtype / device moves (the checker counts _to_copy as data movement, not compute)
+    "to",
+    "type_as",
+    "float",
+}
+# Reductions returning (values, indices) when given a dim.
+TUPLE_REDUCTIONS = {"max", "min", "median", "mode", "kthvalue"}
+_BINARY = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floor_divide": "//",
+    "mod": "%",
+    "pow": "**",
+}
+# Module classes that are views.
+_MODULE_VIEWS = {"flatten", "unflatten"}
+
+
+def is_host(view: GraphView, n: OpNode) -> bool:
+    """True for nodes evaluated in Python in forward: views of tensors (not tensor-indexed
+    gathers) and arithmetic on Python numbers (sizes)."""
+    if n.kind == "call_module":
+        return n.op in _MODULE_VIEWS
+    if n.op in VIEW_OPS:
+        if n.op == "getitem":
+            # Indexing by a tensor is a gather (compute), not a view; picking the values or the
+            # indices of max/min(dim) belongs with the reduction that makes the pair.
+            src = n.args[0] if n.args else None
+            if is_node(src) and view.nodes[view.resolve(src["node"])].op in TUPLE_REDUCTIONS:
+                return False
+            return not any(view.nodes[r].shape is not None for r in _index_refs(view, n))
+        return True
+    return is_scalar(view, n)
+
+
+def is_scalar(view: GraphView, n: OpNode) -> bool:
+    """Python arithmetic on numbers (sizes, scales): no tensor in or out."""
+    if n.shape is not None or n.kind not in ("call_function", "call_method"):
+        return False
+    if n.kind == "call_method" and n.op in ("size", "dim", "numel", "nelement", "stride", "ndimension"):
+        return True
+    return all(view.nodes[r].shape is None for r in view.refs(n))
+
+
+def _index_refs(view: GraphView, n: OpNode) -> list[str]:
+    """Values read by the index part of a getitem (not the indexed value itself)."""
+    return view.refs(n.model_copy(update={"args": list(n.args[1:]), "kwargs": {}}))
+
+
+def literal(v: Any, device_expr: str) -> str:
+    """Python source for a captured constant."""
+    if isinstance(v, dict):
+        if "float" in v:
+            return {"inf": "float('inf')", "-inf": "float('-inf')", "nan": "float('nan')"}.get(
+                v["float"], v["float"]
+            )
+        if "slice" in v:
+            a, b, c = v["slice"]
+            return f"slice({literal(a, device_expr)}, {literal(b, device_expr)}, {literal(c, device_expr)})"
+        if "ellipsis" in v:
+            return "..."
+        if "dtype" in v:
+            return f"torch.{v['dtype']}"
+        if "device" in v:
+            return device_expr
+        if "memory_format" in v:
+            return str(v["memory_format"])
+        raise Unsupported(f"constant {v!r} cannot be written back as Python")
+    if isinstance(v, list):
+        inner = ", ".join(literal(x, device_expr) for x in v)
+        return f"({inner}{',' if len(v) == 1 else ''})"
+    return repr(v)
+
+
+def _index_text(v: Any, val: Callable[[Any], str]) -> str:
+    """A subscript written as Python: slices as a:b:c, tuples unparenthesised."""
+    if isinstance(v, dict) and "slice" in v:
+        a, b, c = (("" if x is None else val(x)) for x in v["slice"])
+        return f"{a}:{b}" + (f":{c}" if c else "")
+    if isinstance(v, list):
+        return ", ".join(_index_text(x, val) for x in v) + ("," if len(v) == 1 else "")
+    return val(v)
+
+
+def run_time_dims(x: str, src: list[int], out: list[int]) -> list[str]:
+    """Sizes of a reshape the capture baked into numbers (a concrete-shape trace), written
+    against the run's own input `x`: leading and trailing dims the reshape keeps are read from
+    x, one dim in between is -1 (the rest), and only what is left stays a number (heads, ...)."""
+    out = list(out)
+    if -1 in out:
+        k = out.index(-1)
+        known = 1
+        for i, d in enumerate(out):
+            if i != k:
+                known *= d
+        total = 1
+        for d in src:
+            total *= d
+        out[k] = total // known if known else 0
+    lead = 0
+    while lead < min(len(src), len(out)) and src[lead] == out[lead]:
+        lead += 1
+    trail = 0
+    while trail < min(len(src), len(out)) - lead and src[len(src) - 1 - trail] == out[len(out) - 1 - trail]:
+        trail += 1
+    text = [f"{x}.shape[{i}]" for i in range(lead)]
+    middle = out[lead : len(out) - trail]
+    if middle:
+        text += [str(d) for d in middle[:-1]] + ["-1"]
+    text += [f"{x}.shape[{len(src) - trail + i}]" for i in range(trail)]
+    return text
+
+
+def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_expr: str) -> str:
+    """The Python expression computing host node `n`; `expr(name)` gives a value's variable."""
+
+    def val(a: Any) -> str:
+        if is_node(a):
+            return expr(view.resolve(a["node"]))
+        if isinstance(a, list):
+            inner = ", ".join(val(x) for x in a)
+            return f"({inner}{',' if len(a) == 1 else ''})"
+        return literal(a, device_expr)
+
+    def call_args(args: list[Any], kwargs: dict[str, Any]) -> str:
+        parts = [val(a) for a in args] + [f"{k}={val(v)}" for k, v in kwargs.items()]
+        return ", ".join(parts)
+
+    if n.kind == "call_module":
+        src = val(n.args[0])
+        if n.op == "flatten":
+            s, e = n.module_attrs.get("start_dim", 1), n.module_attrs.get("end_dim", -1)
+            return f"{src}.flatten({int(s)}, {int(e)})"
+        raise Unsupported(f"module {n.module_type} as a view")
+    if n.op == "getitem":
+        return f"{val(n.args[0])}[{_index_text(n.args[1], val)}]"
+    if n.op in ("view", "reshape") and n.args and is_node(n.args[0]):
+        dims = n.args[1:] if len(n.args) > 2 or not isinstance(n.args[1], list) else n.args[1]
+        src = view.nodes[view.resolve(n.args[0]["node"])]
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in dims) and src.shape:
+            x = val(n.args[0])
+            return f"{x}.reshape({', '.join(run_time_dims(x, src.shape, list(dims)))})"
+    if n.op == "getattr":
+        return f"{val(n.args[0])}.{n.args[1]}"
+    if n.op in _BINARY and n.shape is None:
+        a = val(n.args[0]) if n.args else val(n.kwargs.get("input"))
+        b = val(n.args[1]) if len(n.args) > 1 else val(n.kwargs.get("other"))
+        return f"({a} {_BINARY[n.op]} {b})"
+    if n.op == "neg" and n.shape is None:
+        return f"(-{val(n.args[0])})"
+    if n.op == "split" and n.args and is_node(n.args[0]) and n.shape is not None:
+        # split(self.n_embd, dim) of a 3 * n_embd tensor: a size the capture baked; as chunk(3)
+        # it holds for the run's own sizes too.
+        size, dim = arg_value(n, 1, "split_size_or_sections"), arg_value(n, 2, "dim", 0)
+        src = view.nodes[view.resolve(n.args[0]["node"])].shape or []
+        if isinstance(size, int) and isinstance(dim, int) and src and size > 0 and src[dim] % size == 0:
+            return f"{val(n.args[0])}.chunk({src[dim] // size}, {dim})"
+    if n.kind == "call_method":
+        # `view` after a dropped `contiguous()` (a passthrough of the op graph) must copy:
+        # reshape does exactly what view does where view works, and copies where it would not.
+        method = {"view": "reshape", "view_as": "reshape_as"}.get(n.target, n.target)
+        return f"{val(n.args[0])}.{method}({call_args(n.args[1:], n.kwargs)})"
+    if n.kind == "call_function":
+        target = n.target
+        if target.startswith("torch.") and "." not in target[len("torch.") :]:
+            return f"{target}({call_args(n.args, n.kwargs)})"
+        if target.startswith("torch.Tensor."):
+            return f"{val(n.args[0])}.{target.rsplit('.', 1)[-1]}({call_args(n.args[1:], n.kwargs)})"
+        if target in ("builtins.getattr", "getattr"):
+            return f"{val(n.args[0])}.{n.args[1]}"
+        if target.startswith("math.") or target in ("builtins.int", "builtins.float"):
+            return f"{target.removeprefix('builtins.')}({call_args(n.args, n.kwargs)})"
+        if target.startswith("operator."):
+            raise Unsupported(f"python operator {target} on a view")
+        raise Unsupported(f"{target} as a view")
+    raise Unsupported(f"{n.op} ({n.kind}) as a host line")

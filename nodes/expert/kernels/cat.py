@@ -1,0 +1,39 @@
+"""Concatenation (torch.cat / torch.stack) as copies: each input is one contiguous block per
+outer index, written at its offset inside the output's rows."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def cat_copy_kernel(src_ptr, dst_ptr, n, src_row, dst_row, offset, BLOCK: tl.constexpr):
+    # src is (outer, src_row) contiguous; row o lands at dst[o * dst_row + offset : ... + src_row]
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    o = offs // src_row
+    v = tl.load(src_ptr + offs, mask=mask)
+    tl.store(dst_ptr + o * dst_row + offset + (offs - o * src_row), v, mask=mask)
+
+
+def launch_cat(xs, dim):
+    xs = [x.contiguous() for x in xs]
+    d = dim % xs[0].dim()
+    shape = list(xs[0].shape)
+    shape[d] = sum(x.shape[d] for x in xs)
+    out = torch.empty(shape, device=xs[0].device, dtype=xs[0].dtype)
+    inner = 1
+    for s in shape[d + 1 :]:
+        inner *= s
+    dst_row = shape[d] * inner
+    offset = 0
+    for x in xs:
+        if list(x.shape[:d]) != shape[:d] or list(x.shape[d + 1 :]) != shape[d + 1 :]:
+            raise ValueError(f"cat of {tuple(x.shape)} into {tuple(shape)} along dim {d}")
+        n = x.numel()
+        if n:
+            cat_copy_kernel[(triton.cdiv(n, 1024),)](
+                x, out, n, x.shape[d] * inner, dst_row, offset, BLOCK=1024
+            )
+        offset += x.shape[d] * inner
+    return out
