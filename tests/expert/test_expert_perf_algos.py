@@ -30,11 +30,52 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
         "rownorm",
         "split-row",
     ),
+    # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
+    "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
+    # M == 1 (one-token linear): the weight is the matrix, bias + SiLU in the reduce kernel
+    "gemv_linear_rows": (
+        "ge05_linear_gemv_silu.py",
+        {"IN_F": 1000, "OUT_F": 333},
+        "gemm",
+        "gemv-splitk",
+    ),
+    # batched, the matrix transposed (its lines are the contiguous dim), broadcast residual
+    "gemv_bmm_transposed": ("GEMV_T", {}, "gemm", "gemv-splitk"),
+}
+
+# Tasks not in the suite, as sources.
+INLINE = {
+    "GEMV_T": """
+import torch
+import torch.nn as nn
+
+B = 3
+M = 45
+K = 1003
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, v, w):
+        return torch.tanh(torch.bmm(a.transpose(1, 2), v)) + w
+
+
+def get_inputs():
+    return [torch.randn(B, K, M), torch.randn(B, K, 1), torch.randn(B, M, 1)]
+
+
+def get_init_inputs():
+    return []
+""",
 }
 
 
 def _task(case: str) -> TaskSpec:
     fname, sizes, _, _ = ALGO_CASES[case]
+    if fname in INLINE:
+        return TaskSpec(path=f"{case}.py", name=case, source=INLINE[fname], size_overrides=sizes)
     p = SUITE / fname
     return TaskSpec(path=str(p), name=fname[:-3], source=p.read_text(), size_overrides=sizes)
 
@@ -110,3 +151,12 @@ def test_rownorm_split_row_first_for_few_long_rows(results):
     src = results["ln_long_split"]["reply"].source
     # LayerNorm: the variance comes out of the mean's pass (two kernels, not three)
     assert "def rn_split_pass1_kernel(" in src and "rn_split_pass2_kernel" not in src
+
+
+def test_gemv_first_for_a_vector_operand(results):
+    fam, plan = _plan(results, "gemv_long_k")
+    assert fam.algorithms(dataclasses.replace(plan, m=2048, n=1, k=1048576))[0] == "gemv-splitk"
+    assert fam.algorithms(dataclasses.replace(plan, m=1, n=11008, k=4096))[0] == "gemv-splitk"
+    assert "gemv-splitk" not in fam.algorithms(dataclasses.replace(plan, m=4096, n=4096, k=4096))
+    r = results["gemv_long_k"]["reply"]
+    assert r.params["PRECISION"] == "ieee" and "tl.dot" not in r.source

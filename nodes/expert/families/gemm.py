@@ -8,6 +8,9 @@ Algorithms (the seeds):
                  applies the epilogue (for small M*N with a long K)
   library+fused-epilogue  matmul stays a library call (mixed policy only), the whole epilogue
                  is one Triton kernel
+  gemv-splitk    a vector operand (N == 1 or M == 1): the matrix streamed once in coalesced
+                 16-byte loads, K split over enough programs to fill the GPU, fp32 FMA partials,
+                 then the reduce + epilogue kernel of split-k (the first seed for such shapes)
 Epilogue operands (bias, residuals, scales) are read through their broadcast strides, so any
 tensor that broadcasts to the output works without a copy.
 
@@ -204,6 +207,7 @@ ATOMIC_IEEE = "tiled-ieee+atomic-rowreduce"
 TWO_KERNEL = "tiled+rowreduce-kernel"
 ROWBAND = "tiled-rowband"
 LIB_REDUCE = "library+fused-epilogue-rowreduce"
+GEMV = "gemv-splitk"
 
 
 def algorithms(plan: GemmPlan) -> list[str]:
@@ -212,6 +216,16 @@ def algorithms(plan: GemmPlan) -> list[str]:
         if plan.dtype == "float32":
             algos.append(ATOMIC_IEEE)
         algos.append(LIB_REDUCE)
+        return algos
+    if min(plan.m, plan.n) == 1:
+        # A vector operand: a GEMV streams the matrix once at the bandwidth roof; a GEMM tile
+        # would be 1/16 (or less) useful columns.
+        algos = [GEMV, "tiled"]
+        if plan.dtype == "float32":
+            algos.append("tiled-ieee")
+        algos.append("split-k")
+        if plan.epilogue.nodes:
+            algos.append("library+fused-epilogue")
         return algos
     algos = ["tiled"]
     if plan.dtype == "float32":
@@ -227,6 +241,18 @@ def algorithms(plan: GemmPlan) -> list[str]:
 
 
 def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm == GEMV:
+        # 8 rows x 512 contiguous elements per step: 32 fp32 per thread (eight 16-byte loads in
+        # flight) at 4 warps; K split only as far as needed to give every SM 8 programs.
+        return {
+            "BLOCK_V": 512,
+            "BLOCK_R": 8,
+            "SPLIT_K": 0,
+            "PROGS_PER_SM": 8,
+            "num_warps": 4,
+            "num_stages": 1,
+            "PRECISION": "ieee",
+        }
     if algorithm == ROWBAND:
         # One program per row band: smaller bands keep more programs in flight.
         return {"SPLIT_K": 1, "BLOCK_M": 64, "BLOCK_N": 128}
@@ -275,6 +301,10 @@ def valid(plan: GemmPlan, params: dict[str, Any]) -> str | None:
     algo = params["algorithm"]
     if algo in ("library+fused-epilogue", LIB_REDUCE):
         return None
+    if algo == GEMV:
+        if params["BLOCK_V"] * params["BLOCK_R"] > 16384:
+            return "GEMV tile holds more than 64 fp32 accumulators per thread at 8 warps"
+        return None if params["BLOCK_V"] >= 32 else "BLOCK_V below one warp"
     if algo != "split-k" and params.get("SPLIT_K", 1) != 1:
         return "SPLIT_K applies to split-k only"
     return dot_tile_problem(params)
@@ -289,6 +319,8 @@ def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list
         return {}  # the row-reduce kernel sizes its own tiles
     if params["algorithm"] == ROWBAND and stage == "mapping":
         return {}  # one program per row band: no tile order to choose
+    if params["algorithm"] == GEMV:
+        return GEMV_SPACE.get(stage, {})
     sp = dict(sp)
     if params["algorithm"] == "split-k" and stage == "mapping":
         sp["SPLIT_K"] = [4, 16, 2]
@@ -644,25 +676,11 @@ def _epi_view(t, out_shape, nb, M, N):
 '''
 
 
-def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dict[str, Any]) -> str:
-    algo = params["algorithm"]
+def _launch_head(plan: GemmPlan) -> tuple[list[str], str, list[str]]:
+    """The launcher's first lines (operands as 3-D views, the output, the epilogue operands'
+    broadcast strides), the epilogue kernel-argument suffix and the forward's call arguments."""
     tensors, scal = _leaf_args(plan.epilogue)
-    leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
-    if plan.reduce is not None:
-        return _generate_rowreduce(desc, plan, params)
-    if algo == "library+fused-epilogue":
-        return _generate_library(desc, view, plan, params)
-    precision = None
-    if plan.dtype == "float32":
-        precision = "ieee" if algo == "tiled-ieee" else "tf32x3"
-    split = algo == "split-k"
-    kernels = [ewops.HELPERS, _gemm_kernel(plan, precision, split)]
-    if split:
-        kernels.append(_reduce_kernel(plan))
-    bias_arg = ", bias" if plan.bias_expr else ""
     sig = ", ".join(["a", "b"] + (["bias"] if plan.bias_expr else []) + tensors + scal)
-    bm, bn, bk, gm = (int(params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
-    warps, stages = int(params["num_warps"]), int(params["num_stages"])
     L = [
         f"def launch_gemm({sig}):",
         "    a3, b3, nb, M, N, K, out_shape = _gemm_operands(a, b)",
@@ -677,6 +695,30 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     L += leaf_lines
     if plan.bias_expr:
         L.append("    bias = bias.contiguous()")
+    leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
+    call = [plan.a_expr, plan.b_expr] + ([plan.bias_expr] if plan.bias_expr else []) + leaf_exprs
+    return L, epi, call
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dict[str, Any]) -> str:
+    algo = params["algorithm"]
+    if plan.reduce is not None:
+        return _generate_rowreduce(desc, plan, params)
+    if algo == "library+fused-epilogue":
+        return _generate_library(desc, view, plan, params)
+    if algo == GEMV:
+        return _generate_gemv(desc, plan, params)
+    precision = None
+    if plan.dtype == "float32":
+        precision = "ieee" if algo == "tiled-ieee" else "tf32x3"
+    split = algo == "split-k"
+    kernels = [ewops.HELPERS, _gemm_kernel(plan, precision, split)]
+    if split:
+        kernels.append(_reduce_kernel(plan))
+    bias_arg = ", bias" if plan.bias_expr else ""
+    bm, bn, bk, gm = (int(params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
+    warps, stages = int(params["num_warps"]), int(params["num_stages"])
+    L, epi, call = _launch_head(plan)
     strides = (
         "a3.stride(0) if a3.shape[0] > 1 else 0, a3.stride(1), a3.stride(2), "
         "b3.stride(0) if b3.shape[0] > 1 else 0, b3.stride(1), b3.stride(2)"
@@ -701,7 +743,6 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
             f"EVEN_K=(K % {bk} == 0), num_warps={warps}, num_stages={stages})",
             "    return out",
         ]
-    call = [plan.a_expr, plan.b_expr] + ([plan.bias_expr] if plan.bias_expr else []) + leaf_exprs
     doc = f"EGG expert: gemm family ({plan.kind}), algorithm {algo}" + (
         f", precision {precision}." if precision else "."
     )
@@ -864,3 +905,129 @@ def _generate_rowreduce(desc: TaskDescription, plan: GemmPlan, params: dict[str,
         f", precision {precision}." if precision and not lib else "."
     )
     return assemble(desc, "\n\n".join(kernels), _SHAPES + "\n\n" + "\n".join(L) + "\n", fwd, doc)
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMV: a matrix times a vector operand (N == 1 or M == 1), split over K
+# ---------------------------------------------------------------------------------------------
+
+# Tunables of the GEMV: the tile along the matrix's contiguous dim (BLOCK_V) and across it
+# (BLOCK_R), the K split (0: sized at launch to fill the GPU) and the programs per SM it aims at.
+GEMV_SPACE: dict[str, dict[str, list[Any]]] = {
+    "mapping": {"SPLIT_K": [2, 4, 8, 16, 32], "PROGS_PER_SM": [4, 16, 2]},
+    "tiling": {"BLOCK_V": [256, 1024, 128], "BLOCK_R": [4, 16, 2, 32]},
+    "memory": {"num_warps": [8, 2, 16], "num_stages": [2, 3, 4]},
+}
+
+GEMV_KERNEL = """
+@triton.jit
+def gemv_kernel(mat_ptr, vec_ptr, ws_ptr, L, K, NV, s_mb, s_mi, s_mk, s_vb, s_vj, s_vk,
+                ws_s, ws_b, ws_i, ws_j, k_per, EVEN_K: tl.constexpr, WIDE_K: tl.constexpr,
+                CLAMP_I: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Partial dot products of BLOCK_I matrix lines with one vector over this program's K chunk:
+    # fp32 FMAs on BLOCK_I x BLOCK_K tiles, one row reduction at the end.
+    pid_i = tl.program_id(0)
+    bj = tl.program_id(1)
+    sk = tl.program_id(2)
+    bid = (bj // NV).to(tl.int64)
+    j = bj % NV
+    ri = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    im = (ri < L)[:, None]
+    if CLAMP_I:
+        # Out-of-range lines re-read line 0 instead of masking every load; not when the lines
+        # are the matrix's contiguous dim (clamping would hide that, and the 16-byte vectors).
+        ri = tl.where(ri < L, ri, 0)
+    rk = tl.arange(0, BLOCK_K)
+    k_lo = sk * k_per
+    k_hi = tl.minimum(K, k_lo + k_per)
+    # Loop-invariant line pointers plus per-step offsets: no BLOCK_I x BLOCK_K tile of 64-bit
+    # pointers carried through the loop (that alone would take most of the register file).
+    m_rows = mat_ptr + bid * s_mb + ri[:, None].to(tl.int64) * s_mi
+    v_base = vec_ptr + bid * s_vb
+    if NV > 1:
+        v_base += j * s_vj
+    acc = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        kk = k0 + rk
+        if WIDE_K:
+            kk = kk.to(tl.int64)
+        m_ptrs = m_rows + kk[None, :] * s_mk
+        if EVEN_K:
+            v = tl.load(v_base + kk * s_vk)
+            if CLAMP_I:
+                a = tl.load(m_ptrs)
+            else:
+                a = tl.load(m_ptrs, mask=im, other=0.0)
+        else:
+            km = kk < k_hi
+            v = tl.load(v_base + kk * s_vk, mask=km, other=0.0)
+            if CLAMP_I:
+                a = tl.load(m_ptrs, mask=km[None, :], other=0.0)
+            else:
+                a = tl.load(m_ptrs, mask=im & km[None, :], other=0.0)
+        acc += a.to(tl.float32) * v.to(tl.float32)[None, :]
+    part = tl.sum(acc, 1)
+    tl.store(ws_ptr + sk * ws_s + bid * ws_b + ri * ws_i + j * ws_j, part, mask=ri < L)
+"""
+
+
+def _generate_gemv(desc: TaskDescription, plan: GemmPlan, params: dict[str, Any]) -> str:
+    bias_arg = ", bias" if plan.bias_expr else ""
+    bv, br = int(params["BLOCK_V"]), int(params["BLOCK_R"])
+    split, per_sm = int(params["SPLIT_K"]), int(params["PROGS_PER_SM"])
+    warps, stages = int(params["num_warps"]), int(params["num_stages"])
+    L, epi, call = _launch_head(plan)
+    L += [
+        "    sab = a3.stride(0) if a3.shape[0] > 1 else 0",
+        "    sbb = b3.stride(0) if b3.shape[0] > 1 else 0",
+        # The matrix is the operand with the longer free dim; each of the NV vectors (the other
+        # operand's free dim, 1 for a true GEMV) is one output line of length L.
+        "    if N <= M:",
+        "        mat, s_mb, s_mi, s_mk, L = a3, sab, a3.stride(1), a3.stride(2), M",
+        "        vec, s_vb, s_vj, s_vk, NV = b3, sbb, b3.stride(2), b3.stride(1), N",
+        "        ws_i, ws_j = N, 1",
+        "    else:",
+        "        mat, s_mb, s_mi, s_mk, L = b3, sbb, b3.stride(2), b3.stride(1), N",
+        "        vec, s_vb, s_vj, s_vk, NV = a3, sab, a3.stride(1), a3.stride(2), M",
+        "        ws_i, ws_j = 1, N",
+        # The long side of the tile runs along the matrix's contiguous dim: coalesced loads.
+        f"    bi, bk = ({br}, {bv}) if s_mk == 1 or s_mi != 1 else ({bv}, {br})",
+        "    bk = min(bk, max(16, triton.next_power_of_2(K)))",
+        "    bi = min(bi, max(1, triton.next_power_of_2(L)))",
+        "    lines = triton.cdiv(L, bi) * nb * NV",
+    ]
+    if split > 0:
+        L.append(f"    split = max(1, min({split}, triton.cdiv(K, bk)))")
+    else:
+        L += [
+            "    sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 4",
+            # split K only as far as filling the GPU needs, each chunk at least 4 tiles long
+            f"    split = max(1, min(triton.cdiv(sms * {per_sm}, lines), triton.cdiv(K, 4 * bk), 65535))",
+        ]
+    L += [
+        "    k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk",
+        "    split = triton.cdiv(K, k_per)",
+        "    ws = torch.empty((split, nb, M, N), device=a.device, dtype=torch.float32)",
+        "    gemv_kernel[(triton.cdiv(L, bi), nb * NV, split)](mat, vec, ws, L, K, NV, s_mb, s_mi, s_mk, "
+        "s_vb, s_vj, s_vk, nb * M * N, M * N, ws_i, ws_j, k_per, EVEN_K=(K % bk == 0), "
+        "WIDE_K=(K + bk) * max(abs(s_mk), abs(s_vk)) >= 2**31, CLAMP_I=s_mi != 1, BLOCK_I=bi, "
+        f"BLOCK_K=bk, num_warps={warps}, num_stages={stages})",
+        "    rbm = max(16, min(128, triton.next_power_of_2(M)))",
+        "    rbn = max(16, min(128, triton.next_power_of_2(N)))",
+        "    rgrid = (triton.cdiv(M, rbm), triton.cdiv(N, rbn), nb)",
+        f"    gemm_reduce_kernel[rgrid](ws, c3{bias_arg}, M, N, nb, c3.stride(0), c3.stride(1), "
+        f"c3.stride(2){epi}, BLOCK_M=rbm, BLOCK_N=rbn, SPLIT_K=split, num_warps=4)",
+        "    return out",
+    ]
+    doc = (
+        f"EGG expert: gemm family ({plan.kind}), algorithm {GEMV}: a matrix-vector product split "
+        "over K, fp32 FMA (precision ieee), then one reduce + epilogue kernel."
+    )
+    kernels = [ewops.HELPERS, GEMV_KERNEL, _reduce_kernel(plan)]
+    return assemble(
+        desc,
+        "\n\n".join(kernels),
+        _SHAPES + "\n\n" + "\n".join(L) + "\n",
+        f"return launch_gemm({', '.join(call)})",
+        doc,
+    )
