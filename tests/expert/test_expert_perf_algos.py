@@ -41,6 +41,26 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     ),
     # batched, the matrix transposed (its lines are the contiguous dim), broadcast residual
     "gemv_bmm_transposed": ("GEMV_T", {}, "gemm", "gemv-splitk"),
+    # ragged M, N, K; K-major zero-padded operand copies (what the GPU shape gets by default)
+    "mm_ragged_kmajor": ("mm10_matmul_ragged.py", {"M": 67, "K": 45, "N": 71}, "gemm", "tiled"),
+    # A stored transposed: the K-major copy transposes it
+    "mm_ta_kmajor": ("mm04_transposed_a.py", {"M": 40, "K": 37, "N": 29}, "gemm", "tiled"),
+    # persistent grid over the tiles of every batch, ragged N
+    "bmm_persistent": (
+        "mm11_bmm_ragged.py",
+        {"BATCH": 3, "M": 37, "K": 53, "N": 41},
+        "gemm",
+        "tiled-persistent",
+    ),
+    # K split at launch into chunks (the last one ragged), partials reduced in a second kernel
+    "large_k_splitk": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
+}
+
+# Parameters set over the seed's defaults (what the tuning stages may choose at GPU shapes).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "mm_ragged_kmajor": {"KMAJOR": True},
+    "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
+    "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32},
 }
 
 # Tasks not in the suite, as sources.
@@ -96,13 +116,27 @@ def _seed_for(task: TaskSpec, desc: Any, algorithm: str) -> CodeReply:
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict[str, Any]]:
+def descs() -> dict[str, Any]:
+    tb = toolbox.Toolbox()
+    return {case: tb.describe(_task(case), shrink=False) for case in ALGO_CASES}
+
+
+@pytest.fixture(scope="module")
+def results(descs) -> dict[str, dict[str, Any]]:
     tb = toolbox.Toolbox()
     out: dict[str, dict[str, Any]] = {}
     for case in ALGO_CASES:
         task = _task(case)
-        desc = tb.describe(task, shrink=False)
-        out[case] = {"task": task, "desc": desc, "reply": _seed_for(task, desc, ALGO_CASES[case][3])}
+        desc = descs[case]
+        reply = _seed_for(task, desc, ALGO_CASES[case][3])
+        if case in OVERRIDES:
+            _, fam, view, plan = plan_for(desc)
+            params = dict(reply.params, **OVERRIDES[case])
+            assert fam.valid(plan, params) is None, fam.valid(plan, params)
+            reply = reply.model_copy(
+                update={"source": fam.generate(desc, view, plan, params), "params": params}
+            )
+        out[case] = {"task": task, "desc": desc, "reply": reply}
 
     def one(case: str):
         r = out[case]
@@ -135,28 +169,59 @@ def test_algorithm_compiles_for_sm90(case, results):
     assert comp.kernels and all(k.spills in (0, None) for k in comp.kernels), comp.kernels
 
 
-def _plan(results, case: str):
-    _, fam, _, plan = plan_for(results[case]["desc"])
+def _plan(descs, case: str):
+    _, fam, _, plan = plan_for(descs[case])
     return fam, plan
 
 
-def test_rownorm_split_row_first_for_few_long_rows(results):
-    fam, plan = _plan(results, "ln_long_split")
+def _reply(descs, case: str) -> CodeReply:
+    return _seed_for(_task(case), descs[case], ALGO_CASES[case][3])
+
+
+def test_rownorm_split_row_first_for_few_long_rows(descs):
+    fam, plan = _plan(descs, "ln_long_split")
     leaf = plan.x_leaf
     few_long = dataclasses.replace(plan, x_leaf=dataclasses.replace(leaf, shape=[16, 64, 256, 256]))
     many_short = dataclasses.replace(plan, x_leaf=dataclasses.replace(leaf, shape=[16384, 4, 32, 32]))
     assert fam.algorithms(few_long)[0] == "split-row"
     assert fam.algorithms(many_short)[0] == "whole-row"
     assert "split-row" in fam.algorithms(many_short)
-    src = results["ln_long_split"]["reply"].source
+    src = _reply(descs, "ln_long_split").source
     # LayerNorm: the variance comes out of the mean's pass (two kernels, not three)
     assert "def rn_split_pass1_kernel(" in src and "rn_split_pass2_kernel" not in src
 
 
-def test_gemv_first_for_a_vector_operand(results):
-    fam, plan = _plan(results, "gemv_long_k")
+def test_gemv_first_for_a_vector_operand(descs):
+    fam, plan = _plan(descs, "gemv_long_k")
     assert fam.algorithms(dataclasses.replace(plan, m=2048, n=1, k=1048576))[0] == "gemv-splitk"
     assert fam.algorithms(dataclasses.replace(plan, m=1, n=11008, k=4096))[0] == "gemv-splitk"
     assert "gemv-splitk" not in fam.algorithms(dataclasses.replace(plan, m=4096, n=4096, k=4096))
-    r = results["gemv_long_k"]["reply"]
+    r = _reply(descs, "gemv_long_k")
     assert r.params["PRECISION"] == "ieee" and "tl.dot" not in r.source
+
+
+def test_gemm_shape_driven_choices(descs):
+    fam, plan = _plan(descs, "large_k_splitk")
+    large_k = dataclasses.replace(plan, m=256, n=256, k=524288)
+    assert fam.algorithms(large_k)[0] == "split-k"
+    big_batch = dataclasses.replace(plan, m=512, n=2048, k=1024, batch=128)
+    assert fam.algorithms(big_batch)[:2] == ["tiled", "tiled-persistent"]
+    # a 1000 x 1000 output: 64x128 tiles (128 of them) rather than 64 tiles of 128x128
+    small = fam.defaults(dataclasses.replace(plan, m=1000, n=1000, k=1000), "tiled")
+    assert (small["BLOCK_M"], small["BLOCK_N"]) == (64, 128)
+    # K-major copies by default only where they are cheap next to the GEMM
+    assert fam.defaults(dataclasses.replace(plan, m=8205, n=5921, k=2949), "tiled")["KMAJOR"] is True
+    assert fam.defaults(large_k, "split-k")["KMAJOR"] is False
+    for case in ("mm_ragged_kmajor", "bmm_persistent", "large_k_splitk"):
+        r = _reply(descs, case)
+        assert r.params["PRECISION"] == "tf32x3"
+        assert 'input_precision="tf32x3"' in r.source
+
+
+def test_gemm_refinements_offer_tf32_last(descs):
+    fam, plan = _plan(descs, "mm_ragged_kmajor")
+    params = _reply(descs, "mm_ragged_kmajor").params
+    refs = fam.refinements(plan, params)
+    assert refs and refs[-1][0] == "refine:tf32" and refs[-1][1]["PRECISION"] == "tf32"
+    fixes = fam.safer(plan, dict(params, PRECISION="tf32"), "mismatch")
+    assert fixes[0][1]["PRECISION"] == "tf32x3"
