@@ -54,6 +54,15 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     ),
     # K split at launch into chunks (the last one ragged), partials reduced in a second kernel
     "large_k_splitk": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
+    # 4x4 windows, stride 1, padding 1: 8 output rows per tile share 11 input rows
+    "maxpool_rows": (
+        "pl06_maxpool2d_overlap.py",
+        {"B": 2, "C": 3, "H": 37, "W": 45},
+        "pooling",
+        "row-tiles",
+    ),
+    # 3-d average without the padding in the count: separable valid counts, a plane loop
+    "avgpool3d_rows": ("AVGPOOL3D", {}, "pooling", "row-tiles"),
 }
 
 # Parameters set over the seed's defaults (what the tuning stages may choose at GPU shapes).
@@ -61,6 +70,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mm_ragged_kmajor": {"KMAJOR": True},
     "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
     "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32},
+    "avgpool3d_rows": {"ROWS_OUT": 3, "BLOCK_W": 32},
 }
 
 # Tasks not in the suite, as sources.
@@ -84,6 +94,33 @@ class Model(nn.Module):
 
 def get_inputs():
     return [torch.randn(B, K, M), torch.randn(B, K, 1), torch.randn(B, M, 1)]
+
+
+def get_init_inputs():
+    return []
+""",
+    "AVGPOOL3D": """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N = 1
+C = 2
+D = 4
+H = 7
+W = 9
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.avg_pool3d(x, (2, 3, 3), stride=(1, 1, 2), padding=(1, 1, 1), count_include_pad=False) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(N, C, D, H, W)]
 
 
 def get_init_inputs():
@@ -115,6 +152,16 @@ def _seed_for(task: TaskSpec, desc: Any, algorithm: str) -> CodeReply:
     raise AssertionError(f"no {algorithm} seed among {seen}")
 
 
+def _selected(request) -> list[str]:
+    """The cases the selected tests of this module use (all of them unless -k narrows it)."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module is request.module and "case" in params:
+            wanted.add(params["case"])
+    return [c for c in ALGO_CASES if c in wanted]
+
+
 @pytest.fixture(scope="module")
 def descs() -> dict[str, Any]:
     tb = toolbox.Toolbox()
@@ -122,10 +169,10 @@ def descs() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def results(descs) -> dict[str, dict[str, Any]]:
+def results(request, descs) -> dict[str, dict[str, Any]]:
     tb = toolbox.Toolbox()
     out: dict[str, dict[str, Any]] = {}
-    for case in ALGO_CASES:
+    for case in _selected(request):
         task = _task(case)
         desc = descs[case]
         reply = _seed_for(task, desc, ALGO_CASES[case][3])
@@ -148,7 +195,7 @@ def results(descs) -> dict[str, dict[str, Any]]:
         )
 
     with ThreadPoolExecutor(max_workers=2) as ex:
-        for case, comp, chk in ex.map(one, list(ALGO_CASES)):
+        for case, comp, chk in ex.map(one, list(out)):
             out[case]["compiled"], out[case]["checked"] = comp, chk
     return out
 
@@ -225,3 +272,16 @@ def test_gemm_refinements_offer_tf32_last(descs):
     assert refs and refs[-1][0] == "refine:tf32" and refs[-1][1]["PRECISION"] == "tf32"
     fixes = fam.safer(plan, dict(params, PRECISION="tf32"), "mismatch")
     assert fixes[0][1]["PRECISION"] == "tf32x3"
+
+
+def test_pool_row_tiles_first_and_share_input_rows(descs):
+    fam, plan = _plan(descs, "maxpool_rows")
+    assert fam.algorithms(plan)[0] == "row-tiles"
+    d = fam.defaults(plan, "row-tiles")
+    assert d["ROWS_OUT"] == 8
+    src = _reply(descs, "maxpool_rows").source
+    # 8 output rows of a 4-row window read 11 input rows, each loaded once per window column
+    assert src.count("tl.load(row + iw") == 11 * 4
+    assert "//" not in src.split("def pool_rows_kernel")[1].split("tl.store")[0].replace(
+        "pid // n_tiles", ""
+    ).replace("t // n_w", "").replace("z // OD", "")
