@@ -63,6 +63,20 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     ),
     # 3-d average without the padding in the count: separable valid counts, a plane loop
     "avgpool3d_rows": ("AVGPOOL3D", {}, "pooling", "row-tiles"),
+    # ragged planes (9 x 11): several channels per statistics tile, masked pixel tails
+    "bn_tiles_ragged": (
+        "nm11_batchnorm2d_ragged.py",
+        {"B": 3, "C": 5, "H": 9, "W": 11},
+        "batchnorm",
+        "channel-tiles",
+    ),
+    # a library 1x1 conv, then BN statistics and the normalise + ReLU tile pass (mixed policy)
+    "conv_bn_tiles": (
+        "cv06_pointwise_conv_bn_relu.py",
+        {"B": 2, "C_IN": 5, "C_OUT": 6, "H": 7, "W": 9},
+        "batchnorm",
+        "library-conv+channel-tiles",
+    ),
 }
 
 # Parameters set over the seed's defaults (what the tuning stages may choose at GPU shapes).
@@ -162,10 +176,21 @@ def _selected(request) -> list[str]:
     return [c for c in ALGO_CASES if c in wanted]
 
 
+class _Descriptions(dict):
+    """case -> TaskDescription, described (one sandbox run) the first time a test asks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tb = toolbox.Toolbox()
+
+    def __missing__(self, case: str) -> Any:
+        self[case] = self.tb.describe(_task(case), shrink=False)
+        return self[case]
+
+
 @pytest.fixture(scope="module")
 def descs() -> dict[str, Any]:
-    tb = toolbox.Toolbox()
-    return {case: tb.describe(_task(case), shrink=False) for case in ALGO_CASES}
+    return _Descriptions()
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +310,11 @@ def test_pool_row_tiles_first_and_share_input_rows(descs):
     assert "//" not in src.split("def pool_rows_kernel")[1].split("tl.store")[0].replace(
         "pid // n_tiles", ""
     ).replace("t // n_w", "").replace("z // OD", "")
+
+
+def test_batchnorm_tiles_first_without_per_element_division(descs):
+    fam, plan = _plan(descs, "bn_tiles_ragged")
+    assert fam.algorithms(plan)[0] == "channel-tiles"
+    src = _reply(descs, "bn_tiles_ragged").source
+    apply = src.split("def bn_tile_apply_kernel(")[1].split("\ndef ")[0]
+    assert "//" not in apply.split("):", 1)[1]  # channel of a row: one modulo per row, no division

@@ -277,7 +277,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
     return _assemble(desc, plan, params, kernel, launcher)
 
 
-_EPI_MODE = '''
+EPI_MODE = '''
 def _epi_mode(t, shape):
     """0 = the output's shape, 1 = per channel (dim 1), 2 = one element."""
     if t.numel() == 1:
@@ -430,7 +430,7 @@ def _launcher(plan: PoolPlan, launch: list[str]) -> str:
         f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)" for lf in leaves
     )
     return (
-        _EPI_MODE
+        EPI_MODE
         + f"""
 def launch_pool(x{targs}{sargs}):
     if x.dim() != {nd + 2}:
