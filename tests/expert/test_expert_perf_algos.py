@@ -77,6 +77,27 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
         "batchnorm",
         "library-conv+channel-tiles",
     ),
+    # cuDNN in channels-last (TF32 by PyTorch's default), ReLU + per-channel bias in one tile pass
+    "conv_tail_cl": (
+        "cv07_conv2d_relu_bias_ragged.py",
+        {"B": 2, "C_IN": 3, "C_OUT": 5, "H": 9, "W": 11},
+        "libconv",
+        "library-conv+tile-epilogue",
+    ),
+    # the same tail pass over a transposed conv's NCHW output (the layout is a tunable)
+    "convt_tail_nchw": (
+        "cv08_conv_transpose2d_mish_tail.py",
+        {"B": 2, "C_IN": 3, "C_OUT": 5, "H": 9, "W": 8},
+        "libconv",
+        "library-conv+tile-epilogue",
+    ),
+    # Triton implicit-GEMM conv3d, first seed: TF32, channels-last input and output
+    "conv3d_tf32_cl": (
+        "cv04_conv3d.py",
+        {"B": 2, "C_IN": 16, "C_OUT": 9, "D": 5, "H": 6, "W": 8},
+        "conv",
+        "implicit-gemm",
+    ),
 }
 
 # Parameters set over the seed's defaults (what the tuning stages may choose at GPU shapes).
@@ -85,6 +106,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
     "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32},
     "avgpool3d_rows": {"ROWS_OUT": 3, "BLOCK_W": 32},
+    "convt_tail_nchw": {"CHANNELS_LAST": False},
 }
 
 # Tasks not in the suite, as sources.
@@ -318,3 +340,18 @@ def test_batchnorm_tiles_first_without_per_element_division(descs):
     src = _reply(descs, "bn_tiles_ragged").source
     apply = src.split("def bn_tile_apply_kernel(")[1].split("\ndef ")[0]
     assert "//" not in apply.split("):", 1)[1]  # channel of a row: one modulo per row, no division
+
+
+def test_conv_first_seeds_follow_cudnn(descs):
+    """The library tail runs cuDNN channels-last; the Triton conv's first seed is TF32 (PyTorch's
+    fp32 convolutions are) with channels-last operands, the second keeps 3xTF32."""
+    fam, plan = _plan(descs, "conv_tail_cl")
+    assert fam.algorithms(plan)[0] == "library-conv+tile-epilogue"
+    src = _reply(descs, "conv_tail_cl").source
+    assert "memory_format=torch.channels_last" in src and "def conv_tail_kernel(" in src
+    fam, plan = _plan(descs, "conv3d_tf32_cl")
+    first, second = (fam.defaults(plan, a) for a in fam.algorithms(plan)[:2])
+    assert (first["PRECISION"], first["CHANNELS_LAST"]) == ("tf32", True)
+    assert second["PRECISION"] == "tf32x3"
+    r = _reply(descs, "conv3d_tf32_cl")
+    assert 'input_precision="tf32"' in r.source and r.params["PRECISION"] == "tf32"
