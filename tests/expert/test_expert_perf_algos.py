@@ -355,3 +355,57 @@ def test_conv_first_seeds_follow_cudnn(descs):
     assert second["PRECISION"] == "tf32x3"
     r = _reply(descs, "conv3d_tf32_cl")
     assert 'input_precision="tf32"' in r.source and r.params["PRECISION"] == "tf32"
+
+
+def _advice(desc, reply: CodeReply, fraction: float | None, bottleneck: str, kernels=()):
+    from graph.records import Attempt, Candidate, CompileReport, KernelCompileInfo, ProfileReport
+    from nodes.expert import ExpertProfiler
+    from nodes.models import ProfilerRequest
+
+    cand = Candidate(
+        id="c",
+        source=reply.source or "",
+        stage="tiling",
+        origin=reply.origin,
+        family=reply.family,
+        algorithm=reply.algorithm,
+        params=reply.params,
+    )
+    comp = CompileReport(ok=True, kernels=[KernelCompileInfo(**k) for k in kernels])
+    prof = ProfileReport(roofline_fraction=fraction, bottleneck=bottleneck)
+    req = ProfilerRequest(
+        stage=stage("tiling"), desc=desc, attempt=Attempt(candidate=cand, compile=comp), profile=prof
+    )
+    return ExpertProfiler().advise(req)[0]
+
+
+def test_profiler_names_the_algorithms_reasons(descs):
+    # split-K GEMM: the tile count / K split and (fp32, B not copied K-major) the operand layout
+    r = _reply(descs, "large_k_splitk")
+    adv = _advice(descs["large_k_splitk"], r, 0.3, "compute")
+    reasons = [e for e in adv.evidence if e.startswith("reason:")]
+    assert any("SPLIT_K" in e for e in reasons) and any("KMAJOR" in e for e in reasons), reasons
+    assert "SPLIT_K" in adv.plan
+    # near the roofline: nothing algorithm-specific to add
+    assert not [
+        e for e in _advice(descs["large_k_splitk"], r, 0.9, "compute").evidence if e.startswith("reason:")
+    ]
+    # one program per row over a few long rows: the split-row algorithm is the reason to give
+    fam, plan = _plan(descs, "ln_long_split")
+    whole = _reply(descs, "ln_long_split").model_copy(
+        update={
+            "algorithm": "whole-row",
+            "params": {**fam.defaults(plan, "whole-row"), "algorithm": "whole-row"},
+        }
+    )
+    adv = _advice(descs["ln_long_split"], whole, 0.2, "memory")
+    assert any("algorithm=split-row" in e for e in adv.evidence), adv.evidence
+    # registers that leave few warps resident on a memory-bound kernel
+    adv = _advice(
+        descs["maxpool_rows"],
+        _reply(descs, "maxpool_rows"),
+        0.4,
+        "memory",
+        kernels=[{"name": "pool_rows_kernel", "registers": 200, "num_warps": 8, "spills": 0}],
+    )
+    assert any("warps resident" in e for e in adv.evidence), adv.evidence

@@ -296,7 +296,7 @@ SPLIT_MIN_R = 16384
 SPLIT_MAX_ROWS = 512
 
 
-def _rows_and_len(plan: RowPlan) -> tuple[int, int]:
+def rows_and_length(plan: RowPlan) -> tuple[int, int]:
     shape = list(plan.x_leaf.shape or [])
     hi = len(shape) - plan.n_after
     lo = hi - plan.ndims_reduced
@@ -311,7 +311,7 @@ def _rows_and_len(plan: RowPlan) -> tuple[int, int]:
 
 
 def algorithms(plan: RowPlan) -> list[str]:
-    rows, r = _rows_and_len(plan)
+    rows, r = rows_and_length(plan)
     if r >= SPLIT_MIN_R and rows < SPLIT_MAX_ROWS and plan.n_after == 0:
         return [SPLIT, "multi-pass", "whole-row"]
     return ["whole-row", "multi-pass", SPLIT]
@@ -459,7 +459,7 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
 # -- split-row: each row split into chunks over many programs --------------------------------
 
 
-def _pass_levels(plan: RowPlan) -> dict[str, int]:
+def pass_levels(plan: RowPlan) -> dict[str, int]:
     """Pass (1-based) in which each reduction's chunk partials are computed; ew values get the
     pass after which they are available. A sum of squared deviations shares its mean's pass."""
     lv: dict[str, int] = {}
@@ -604,7 +604,7 @@ def _split_def(name: str, sig: str, lines: list[str]) -> str:
 
 def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> tuple[list[str], list[str]]:
     """(kernel sources, launcher lines) of the split-row algorithm."""
-    lv = _pass_levels(plan)
+    lv = pass_levels(plan)
     reds = [d for d in plan.nodes if d.kind == "red"]
     idx = {d.name: j for j, d in enumerate(reds)}
     passes = max(lv[d.name] for d in reds)
