@@ -249,9 +249,20 @@ def _rownorm(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[R
 
 
 def _reduction(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
-    if plan.inner != 1:
-        return []
-    return _rows(plan.outer, plan.rlen, algo, "row")
+    if plan.inner == 1:
+        return _rows(plan.outer, plan.rlen, algo, "row")
+    blocks = plan.outer * _cdiv(plan.inner, 128)
+    if algo == "columns" and blocks < 2 * SMS and plan.rlen >= 1024:
+        return [
+            (
+                f"{blocks} column blocks of {plan.rlen} rows: one program each keeps at most {blocks} "
+                f"of {SMS} SMs busy; split-columns splits the rows too.",
+                ["algorithm=split-columns"],
+            )
+        ]
+    if algo == "split-columns":
+        return [("the split of the reduced dim sets the programs per SM.", ["PROGS_PER_SM", "num_warps"])]
+    return []
 
 
 def _pooling(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:

@@ -91,6 +91,8 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
         "libconv",
         "library-conv+tile-epilogue",
     ),
+    # columns split along the reduced dim too (4 runs of 512 rows, the last ragged), then combined
+    "colmean_split": ("rd08_mean_dim0_tall.py", {"ROWS": 2000, "COLS": 45}, "reduction", "split-columns"),
     # Triton implicit-GEMM conv3d, first seed: TF32, channels-last input and output
     "conv3d_tf32_cl": (
         "cv04_conv3d.py",
@@ -409,3 +411,12 @@ def test_profiler_names_the_algorithms_reasons(descs):
         kernels=[{"name": "pool_rows_kernel", "registers": 200, "num_warps": 8, "spills": 0}],
     )
     assert any("warps resident" in e for e in adv.evidence), adv.evidence
+
+
+def test_reduction_splits_few_long_columns(descs):
+    fam, plan = _plan(descs, "colmean_split")
+    tall = dataclasses.replace(plan, outer=1, rlen=262147, inner=1000)
+    wide = dataclasses.replace(plan, outer=64, rlen=2048, inner=8192)
+    assert fam.algorithms(tall)[0] == "split-columns"
+    assert fam.algorithms(wide)[0] == "columns"
+    assert "red_col_final_kernel[" in _reply(descs, "colmean_split").source

@@ -287,7 +287,7 @@ def _epi_mode(t, shape):
         return t.expand(shape).contiguous(), 0
     if len(dims) == len(shape) and dims[1] == shape[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
         return t.reshape(-1).contiguous(), 1
-    raise ValueError(f"pooling epilogue operand of shape {tuple(t.shape)} does not broadcast per channel")
+    raise ValueError(f"epilogue operand of shape {tuple(t.shape)} is neither full, per channel nor one element")
 '''
 
 
