@@ -320,7 +320,9 @@ def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
     if algorithm == LIB_REDUCE:
         return {}
     if algorithm == "library+fused-epilogue":
-        return {"BLOCK": 2048, "num_warps": 8, "EVICT": ""}
+        # PRECISION notes the library matmul's: fp32 (torch.backends.cuda.matmul.allow_tf32 is
+        # False by default); not a tunable.
+        return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PRECISION": "cublas-default"}
     out: dict[str, Any] = {"SPLIT_K": 1, "KMAJOR": _kmajor_default(plan)}
     prec = _precision(plan, algorithm)
     if prec:
@@ -423,7 +425,7 @@ def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list
 def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
     out = []
     if params["algorithm"] == "library+fused-epilogue":
-        p = {k: v for k, v in params.items() if k not in ("BLOCK", "EVICT")}
+        p = {k: v for k, v in params.items() if k not in ("BLOCK", "EVICT", "PRECISION")}
         from ..spaces import DEFAULTS
 
         p.update(DEFAULTS["gemm"])
@@ -1104,9 +1106,10 @@ def gemv_kernel(mat_ptr, vec_ptr, ws_ptr, L, K, NV, s_mb, s_mi, s_mk, s_vb, s_vj
                 CLAMP_I: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
     # Partial dot products of BLOCK_I matrix lines with one vector over this program's K chunk:
     # fp32 FMAs on BLOCK_I x BLOCK_K tiles, one row reduction at the end.
-    pid_i = tl.program_id(0)
-    bj = tl.program_id(1)
-    sk = tl.program_id(2)
+    n_iblk = tl.cdiv(L, BLOCK_I)
+    pid_i = tl.program_id(0) % n_iblk
+    bj = tl.program_id(0) // n_iblk  # (batch, vector) pair: one grid axis, no 65535 limit
+    sk = tl.program_id(1)
     bid = (bj // NV).to(tl.int64)
     j = bj % NV
     ri = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -1186,7 +1189,7 @@ def _generate_gemv(desc: TaskDescription, plan: GemmPlan, params: dict[str, Any]
         "    k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk",
         "    split = triton.cdiv(K, k_per)",
         "    ws = torch.empty((split, nb, M, N), device=a.device, dtype=torch.float32)",
-        "    gemv_kernel[(triton.cdiv(L, bi), nb * NV, split)](mat, vec, ws, L, K, NV, s_mb, s_mi, s_mk, "
+        "    gemv_kernel[(triton.cdiv(L, bi) * nb * NV, split)](mat, vec, ws, L, K, NV, s_mb, s_mi, s_mk, "
         "s_vb, s_vj, s_vk, nb * M * N, M * N, ws_i, ws_j, k_per, EVEN_K=(K % bk == 0), "
         "WIDE_K=(K + bk) * max(abs(s_mk), abs(s_vk)) >= 2**31, CLAMP_I=s_mi != 1, BLOCK_I=bi, "
         f"BLOCK_K=bk, num_warps={warps}, num_stages={stages})",

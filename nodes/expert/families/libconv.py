@@ -107,8 +107,18 @@ def defaults(plan: ConvPlan, algorithm: str) -> dict[str, Any]:
     if algorithm == TILED:
         # cuDNN's channels-last TF32 convolution, then the whole tail in one pass over its output
         # in that layout (what torch.compile does); 4096-element tiles at 8 warps.
-        return {"BLOCK": 4096, "num_warps": 8, "CHANNELS_LAST": plan.call_cl is not None}
-    return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False}
+        return {
+            "BLOCK": 4096,
+            "num_warps": 8,
+            "CHANNELS_LAST": plan.call_cl is not None,
+            "PRECISION": LIBRARY_PRECISION,
+        }
+    return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False, "PRECISION": LIBRARY_PRECISION}
+
+
+# What the library convolution computes in (a note for reports; not a tunable): PyTorch's default,
+# TF32 for fp32 cuDNN convolutions (torch.backends.cudnn.allow_tf32).
+LIBRARY_PRECISION = "cudnn-default"
 
 
 def valid(plan: ConvPlan, params: dict[str, Any]) -> str | None:
