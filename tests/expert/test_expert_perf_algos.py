@@ -105,8 +105,9 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
 # Parameters set over the seed's defaults (what the tuning stages may choose at GPU shapes).
 OVERRIDES: dict[str, dict[str, Any]] = {
     "mm_ragged_kmajor": {"KMAJOR": True},
-    "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-    "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32},
+    # small tiles keep the interpreter quick (the tuning space's smallest is 64: 2 stages here)
+    "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_stages": 2},
+    "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 2},
     "avgpool3d_rows": {"ROWS_OUT": 3, "BLOCK_W": 32},
     "convt_tail_nchw": {"CHANNELS_LAST": False},
 }

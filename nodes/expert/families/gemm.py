@@ -346,6 +346,10 @@ def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
     if algorithm in ("tiled", "tiled-ieee", PERSISTENT):
         bm, bn = _fill_tiles(plan)
         out.update(BLOCK_M=bm, BLOCK_N=bn, num_warps=8 if bm * bn >= 128 * 128 else 4)
+        if plan.dtype == "float32":
+            # 4 stages of 128x32 + 32x128 fp32 operand tiles are 128 KB of shared memory: deeper
+            # prefetch for the 3xTF32 MMAs, still one 8-warp program per SM as registers allow.
+            out["num_stages"] = 4
         if algorithm == PERSISTENT:
             out["PROGS_PER_SM"] = 1
     return out
