@@ -1,16 +1,32 @@
-"""ExpertProfiler: reads the ProfileReport and compile info and says what limits the kernel."""
+"""ExpertProfiler: reads the ProfileReport and compile info and says what limits the kernel.
+
+Beyond the roofline's bottleneck (memory / compute / latency), a kernel far from its roofline gets
+the reasons its algorithm is known to lose time for, worked out from the shapes (the family plan
+of the op graph), the candidate's parameters and the compiled kernels: a grid that leaves SMs idle,
+registers that leave too few warps resident, operand layouts that force narrow copies, an
+algorithm that moves more bytes than the roofline counts. Each reason names the parameters that
+address it; the tuning stages search those for that algorithm (each family's space() holds the
+parameters that matter for the algorithm, spaces.BOTTLENECK_ORDER their order per bottleneck).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from graph.records import ProfilerAdvice, RoleUsage, TaskDescription
 from nodes.models import ProfilerRequest
 
 from .graphview import Unsupported
-from .lowering import PARTITION, lower
+from .lowering import PARTITION, Lowering, lower, own
 from .partition import group_cost
 
 # H200 figures used to interpret achieved numbers when the report has no roofline fraction.
 PEAK_GBPS = 4300.0
+SMS = 132
+REGISTERS_PER_SM = 65536
+# Below this fraction of its roofline a kernel is "far" from it and its algorithm's reasons apply.
+FAR = 0.6
 
 _PLANS = {
     "memory": (
@@ -66,6 +82,16 @@ class ExpertProfiler:
                     )
                 elif k.registers is not None and k.registers >= 224:
                     evidence.append(f"{k.name}: {k.registers} registers per thread limits occupancy")
+        far = p.roofline_fraction is None or p.roofline_fraction < FAR
+        reasons = algorithm_reasons(req, bottleneck) if far else []
+        for text, params in reasons:
+            evidence.append(f"reason: {text} (tune {', '.join(params)})")
+        if reasons:
+            first = [q for _, ps in reasons for q in ps]
+            plan = (
+                f"{' '.join(t for t, _ in reasons)} Parameters that address this: "
+                f"{', '.join(dict.fromkeys(first))}; " + plan
+            )
         if p.suggestion:
             evidence.append(f"tool suggestion: {p.suggestion}")
         share = dominant_group(req.desc, req.attempt.candidate.params)
@@ -76,17 +102,24 @@ class ExpertProfiler:
         return ProfilerAdvice(bottleneck=bottleneck, evidence=evidence, plan=plan), RoleUsage(calls=1)
 
 
+def _lowering(desc: TaskDescription, params: dict) -> Lowering | None:
+    """The lowering a candidate with these parameters was written from (None: unsupported)."""
+    # The policy shapes the groups only where a family's algorithms are all library calls; a
+    # candidate using none of them was planned as under strict.
+    lib = any(str(v).startswith("library") for k, v in params.items() if k.split(".")[-1] == "algorithm")
+    try:
+        return lower(desc, "mixed" if lib else "strict")
+    except Unsupported:
+        return None
+
+
 def dominant_group(desc: TaskDescription, params: dict) -> tuple[str, str, float] | None:
     """(tag, family, share) of the group with the most estimated work, for a partitioned
     candidate (its parameters are namespaced by group); None for a whole-graph kernel."""
     if params.get("algorithm") != PARTITION:
         return None
-    # The policy shapes the groups only where a family's algorithms are all library calls; a
-    # candidate using none of them was planned as under strict.
-    lib = any(str(v).startswith("library") for k, v in params.items() if k.endswith(".algorithm"))
-    try:
-        low = lower(desc, "mixed" if lib else "strict")
-    except Unsupported:
+    low = _lowering(desc, params)
+    if low is None:
         return None
     costs = [(group_cost(low.view, u.group), u) for u in low.units if u.group is not None]
     total = sum(c for c, _ in costs)
@@ -94,3 +127,274 @@ def dominant_group(desc: TaskDescription, params: dict) -> tuple[str, str, float
         return None
     cost, unit = max(costs, key=lambda x: x[0])
     return unit.tag or "", unit.name, cost / total
+
+
+Reason = tuple[str, list[str]]  # (why, the parameters that address it)
+
+
+def algorithm_reasons(req: ProfilerRequest, bottleneck: str) -> list[Reason]:
+    """Why this candidate's algorithm may sit far from the roofline at these shapes."""
+    cand = req.attempt.candidate
+    algo = cand.algorithm or str(cand.params.get("algorithm") or "")
+    if not algo:
+        return []
+    params = dict(cand.params)
+    out: list[Reason] = []
+    comp = req.attempt.compile
+    if comp is not None and comp.ok and bottleneck in ("memory", "latency"):
+        out += _occupancy(comp.kernels)
+    low = _lowering(req.desc, params)
+    for unit in low.units if low is not None else []:
+        rule = _RULES.get(unit.name)
+        mine = own(unit.tag, params)
+        if rule is None or unit.is_library(mine):
+            continue
+        try:
+            found = rule(unit.plan, str(mine.get("algorithm") or algo), mine, bottleneck)
+        except (KeyError, IndexError, TypeError, ValueError) as e:  # a rule that misreads a plan
+            found = [(f"no algorithm reasons for {unit.name}: {type(e).__name__}: {e}", [])]
+        if unit.tag is None:
+            out += found
+        else:  # a group of a partition: its parameters are namespaced by its tag
+            out += [(f"{unit.tag}: {why}", [f"{unit.tag}.{q}" for q in qs]) for why, qs in found]
+    launches = req.attempt.timing.candidate_launches if req.attempt.timing else None
+    if bottleneck == "latency" and launches and launches > 1:
+        out.append((f"{launches} kernel launches per forward for little work.", ["PROGS_PER_SM", "BLOCK"]))
+    return out
+
+
+def _occupancy(kernels: list[Any]) -> list[Reason]:
+    out: list[Reason] = []
+    for k in kernels:
+        if not k.registers or not k.num_warps:
+            continue
+        ctas = REGISTERS_PER_SM // (k.registers * 32 * k.num_warps)
+        warps = ctas * k.num_warps
+        if warps < 16:
+            out.append(
+                (
+                    f"{k.name}: {k.registers} registers x {k.num_warps} warps leave {warps} warps resident "
+                    "per SM, too few loads in flight to cover memory latency.",
+                    ["num_warps", "BLOCK", "BLOCK_N", "BLOCK_V", "BLOCK_R", "ROWS_OUT"],
+                )
+            )
+    return out
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // max(b, 1))
+
+
+def _gemm(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    out: list[Reason] = []
+    if algo == "gemv-splitk":
+        lines = max(plan.m, plan.n) * plan.batch
+        if lines < SMS * 64 and p.get("SPLIT_K", 0) == 0:
+            out.append(
+                (
+                    f"a GEMV over {lines} output lines needs its K split across programs to keep "
+                    "every SM streaming the matrix.",
+                    ["PROGS_PER_SM", "SPLIT_K"],
+                )
+            )
+        out.append(
+            (
+                "a GEMV is a pure stream: bytes in flight per SM set its speed.",
+                ["BLOCK_V", "BLOCK_R", "num_warps"],
+            )
+        )
+        return out
+    if "BLOCK_M" not in p:
+        return out
+    tiles = _cdiv(plan.m, p["BLOCK_M"]) * _cdiv(plan.n, p["BLOCK_N"]) * plan.batch
+    if algo == "split-k":
+        out.append(
+            (
+                f"{tiles} output tile(s): the K split decides how many SMs work; its partials add "
+                f"{tiles * p['BLOCK_M'] * p['BLOCK_N'] * 8} bytes per chunk.",
+                ["SPLIT_K", "PROGS_PER_SM", "BLOCK_M", "BLOCK_N"],
+            )
+        )
+    elif tiles < SMS:
+        out.append(
+            (
+                f"{tiles} output tiles of {p['BLOCK_M']}x{p['BLOCK_N']} leave {SMS - tiles} of {SMS} SMs idle.",
+                ["BLOCK_M", "BLOCK_N"],
+            )
+        )
+    elif tiles % SMS and tiles < 4 * SMS and algo != "tiled-persistent":
+        out.append(
+            (
+                f"{tiles} tiles are {tiles / SMS:.2f} waves over {SMS} SMs: the last wave runs part-empty.",
+                ["BLOCK_M", "BLOCK_N", "PROGS_PER_SM"],
+            )
+        )
+    if plan.dtype == "float32" and bottleneck == "compute":
+        if not p.get("KMAJOR"):
+            out.append(
+                (
+                    "an operand that is not K-major (a plain (K, N) B, a transposed A) or has unaligned "
+                    "rows reaches the TF32 MMA's shared-memory layout through 4-byte async copies.",
+                    ["KMAJOR"],
+                )
+            )
+        if p.get("PRECISION") == "tf32x3":
+            out.append(
+                (
+                    "3xTF32 issues three tensor-core MMAs per product (fp32 accuracy); deeper "
+                    "pipelines hide its operand splitting, TF32 is one MMA if the checker accepts it.",
+                    ["num_stages", "BLOCK_K"],
+                )
+            )
+    return out
+
+
+def _rows(rows: int, length: int, algo: str, what: str) -> list[Reason]:
+    if algo != "split-row" and rows < 2 * SMS and length >= 4096:
+        return [
+            (
+                f"one program per {what}: {rows} {what}s of {length} elements keep at most {rows} "
+                f"of {SMS} SMs busy; split-row spreads each {what} over many programs.",
+                ["algorithm=split-row"],
+            )
+        ]
+    if algo == "split-row":
+        return [
+            (
+                f"split-row's {what} chunks: the programs per SM and the tile per step set the bytes in "
+                "flight; it also reads each row once more than the roofline counts.",
+                ["PROGS_PER_SM", "BLOCK_N", "num_warps"],
+            )
+        ]
+    return []
+
+
+def _rownorm(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    from .families.rownorm import pass_levels, rows_and_length
+
+    rows, length = rows_and_length(plan)
+    out = _rows(rows, length, algo, "row")
+    # whole-row holds the row in registers: one read, one write
+    passes = {"split-row": max(pass_levels(plan).values(), default=0), "multi-pass": plan.n_levels}.get(
+        algo, 0
+    )
+    if passes:
+        out.append(
+            (
+                f"{passes + 1} passes over each row (statistics, then the write): "
+                f"{passes + 2} tensor-sized transfers against the roofline's 2.",
+                ["BLOCK_N"],
+            )
+        )
+    return out
+
+
+def _reduction(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    if plan.inner == 1:
+        return _rows(plan.outer, plan.rlen, algo, "row")
+    blocks = plan.outer * _cdiv(plan.inner, 128)
+    if algo == "columns" and blocks < 2 * SMS and plan.rlen >= 1024:
+        return [
+            (
+                f"{blocks} column blocks of {plan.rlen} rows: one program each keeps at most {blocks} "
+                f"of {SMS} SMs busy; split-columns splits the rows too.",
+                ["algorithm=split-columns"],
+            )
+        ]
+    if algo == "split-columns":
+        return [("the split of the reduced dim sets the programs per SM.", ["PROGS_PER_SM", "num_warps"])]
+    return []
+
+
+def _pooling(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    if algo.endswith("direct-window"):
+        loads = 1
+        for k in plan.kernel:
+            loads *= k
+        return [
+            (
+                f"every output loads its {loads} window elements and decodes its flat index with "
+                "64-bit divisions; row tiles share input rows between output rows.",
+                ["algorithm=row-tiles"],
+            )
+        ]
+    return [
+        (
+            "row tiles: more output rows per tile share more input rows (fewer loads per output) "
+            "but hold more registers; wider tiles give 16-byte vectors.",
+            ["ROWS_OUT", "BLOCK_W", "num_warps"],
+        )
+    ]
+
+
+def _conv(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    out: list[Reason] = []
+    if algo == "direct" or "BLOCK_M" not in p:
+        return out
+    if not p.get("CHANNELS_LAST"):
+        out.append(
+            (
+                "an NCHW input gathers each tap's channel column with 4-byte async copies; "
+                "channels-last copies 16-byte channel runs.",
+                ["CHANNELS_LAST"],
+            )
+        )
+    if p.get("PRECISION") == "tf32x3":
+        out.append(
+            (
+                "3xTF32 is three MMAs per product; PyTorch's own convolutions are TF32.",
+                ["PRECISION=tf32"],
+            )
+        )
+    out.append((f"implicit-GEMM tiles for {plan.cpo} output channels per group.", ["BLOCK_N", "BLOCK_M"]))
+    return out
+
+
+def _libconv(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    if algo == "library-conv+fused-epilogue":
+        return [
+            (
+                "the flat tail kernel decodes each element's channel with 64-bit index arithmetic "
+                "and reads the NCHW library output; the tile tail does neither.",
+                ["algorithm=library-conv+tile-epilogue"],
+            )
+        ]
+    if algo == "library-conv+tile-epilogue":
+        return [
+            (
+                "the library convolution's layout decides its speed (cuDNN is fastest channels-last) "
+                "and the tail's coalescing.",
+                ["CHANNELS_LAST", "BLOCK"],
+            )
+        ]
+    if plan.triton_plan is not None:
+        return _conv(plan.triton_plan, algo, p, bottleneck)
+    return []
+
+
+def _batchnorm(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reason]:
+    if algo.endswith("channel-tiles"):
+        return [
+            (
+                "two passes over the input (statistics, then normalise): 3 tensor-sized transfers "
+                "against the roofline's 2; the statistics split sets how many SMs read.",
+                ["PROGS_PER_SM", "BLOCK", "num_warps"],
+            )
+        ]
+    return [
+        (
+            "the flat kernels decode (sample, channel, pixel) per element with divisions.",
+            ["algorithm=channel-tiles"],
+        )
+    ]
+
+
+_RULES: dict[str, Callable[[Any, str, dict[str, Any], str], list[Reason]]] = {
+    "gemm": _gemm,
+    "rownorm": _rownorm,
+    "reduction": _reduction,
+    "pooling": _pooling,
+    "conv": _conv,
+    "libconv": _libconv,
+    "batchnorm": _batchnorm,
+}

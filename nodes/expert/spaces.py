@@ -30,10 +30,13 @@ SPACES: dict[str, Space] = {
         "tiling": {"BLOCK_N": [2048, 8192, 1024]},
         "memory": {"num_warps": [4, 16]},
     },
+    # tl.dot GEMMs (tiled, tiled-ieee, split-k, tiled-persistent); gemm.space() adds the K-major
+    # operand copy (memory), SPLIT_K / PROGS_PER_SM (mapping) per algorithm. Tiles dot_tile_problem
+    # rejects (shared memory, registers) are skipped.
     "gemm": {
         "mapping": {"GROUP_M": [16, 4, 1, 8]},
         "tiling": {
-            "BLOCK_M": [64, 128],
+            "BLOCK_M": [64, 128, 256],
             "BLOCK_N": [256, 64, 128],
             "BLOCK_K": [64, 16, 32],
         },
@@ -91,18 +94,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # Which stage's params to try first for each profiler bottleneck.
 BOTTLENECK_ORDER: dict[str, dict[str, list[str]]] = {
     "memory": {
-        "tiling": ["BLOCK", "BLOCK_N", "BLOCK_K", "BLOCK_M"],
-        "memory": ["EVICT", "num_warps", "num_stages"],
-        "mapping": ["PERSISTENT", "ROWS", "GROUP_M"],
+        "tiling": ["BLOCK", "BLOCK_V", "BLOCK_N", "BLOCK_R", "BLOCK_K", "BLOCK_M", "BLOCK_W", "ROWS_OUT"],
+        "memory": ["EVICT", "KMAJOR", "num_warps", "num_stages"],
+        "mapping": ["PROGS_PER_SM", "SPLIT_K", "PERSISTENT", "ROWS", "GROUP_M", "CHANNELS_LAST"],
     },
     "compute": {
-        "tiling": ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK"],
-        "memory": ["num_stages", "num_warps", "EVICT"],
-        "mapping": ["GROUP_M", "ROWS", "PERSISTENT"],
+        "tiling": ["BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK", "BLOCK_V", "BLOCK_R"],
+        "memory": ["num_stages", "KMAJOR", "num_warps", "EVICT"],
+        "mapping": ["SPLIT_K", "GROUP_M", "PROGS_PER_SM", "CHANNELS_LAST", "ROWS", "PERSISTENT"],
     },
     "latency": {
-        "tiling": ["BLOCK", "BLOCK_N", "BLOCK_M", "BLOCK_K"],
-        "memory": ["num_warps", "num_stages", "EVICT"],
-        "mapping": ["ROWS", "PERSISTENT", "GROUP_M"],
+        "tiling": ["BLOCK", "BLOCK_N", "BLOCK_M", "BLOCK_K", "BLOCK_V", "BLOCK_R"],
+        "memory": ["num_warps", "num_stages", "EVICT", "KMAJOR"],
+        "mapping": ["PROGS_PER_SM", "SPLIT_K", "ROWS", "PERSISTENT", "GROUP_M"],
     },
 }

@@ -3,10 +3,15 @@ policy) and followed by an elementwise epilogue — the conv -> BN -> activation
 models.
 
 Two Triton steps:
-  1. statistics: grid (C, SPLIT) partial sums of (x - shift) and (x - shift)^2 per channel (shift =
-     the channel's first element, so the variance does not cancel catastrophically), then a small
-     kernel turning them into mean and 1/sqrt(var + eps)
-  2. one fused elementwise pass: (x - mean[c]) * rstd[c] * weight[c] + bias[c], then the epilogue
+  1. statistics: partial sums of (x - shift) and (x - shift)^2 per channel (shift = the channel's
+     first element, so the variance does not cancel catastrophically) over SPLIT programs per
+     channel, then a small kernel turning them into mean and 1/sqrt(var + eps)
+  2. one fused pass: (x - mean[c]) * rstd[c] * weight[c] + bias[c], then the epilogue
+Algorithms: channel-tiles (first) runs both steps on 2-D tiles of (channels or (sample, channel)
+rows) x pixels: rows of a channel plane, so no per-element index division, coalesced along the
+pixels (along the channels when there are none, BatchNorm1d), masked only on ragged plane tails;
+the split sized at launch to fill the SMs. split-stats+fused-normalize walks each channel's
+flattened (sample, pixel) index and applies through the elementwise family's broadcast kernel.
 Running statistics are not updated (the forward output does not depend on them in training mode).
 
 Which statistics apply is decided in the generated forward at run time, as PyTorch does: a
@@ -27,6 +32,7 @@ from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from . import elementwise as ew
 from .libconv import LIB_OPS, library_call
+from .pooling import EPI_MODE
 
 
 @dataclass
@@ -125,19 +131,60 @@ def _functional_stats(view: GraphView, bn: OpNode) -> dict[str, Any]:
     }
 
 
+TILES = "channel-tiles"
+
+
+def _tiles_fit(plan: BnPlan) -> bool:
+    """The channel-tiles apply kernel reads epilogue operands of the output's shape, per channel
+    ((C, 1, ..., 1)) or of one element; other broadcasts stay with the flat kernel."""
+    out = plan.bn.shape or []
+    for lf in plan.epilogue.tensor_leaves:
+        shape = list(lf.shape or [])
+        dims = [1] * (len(out) - len(shape)) + shape
+        numel = 1
+        for d in shape:
+            numel *= d
+        per_channel = (
+            len(dims) == len(out)
+            and len(out) > 1
+            and all(d == (out[1] if i == 1 else 1) for i, d in enumerate(dims))
+        )
+        if not (dims == out or per_channel or numel == 1):
+            return False
+    return True
+
+
 def algorithms(plan: BnPlan) -> list[str]:
+    tiles = [TILES] if _tiles_fit(plan) else []
     if plan.conv_call:
-        return [f"library-{plan.lib_op}+bn-stats+fused-epilogue"]
-    return ["split-stats+fused-normalize"]
+        return [f"library-{plan.lib_op}+{a}" for a in tiles] + [
+            f"library-{plan.lib_op}+bn-stats+fused-epilogue"
+        ]
+    return tiles + ["split-stats+fused-normalize"]
 
 
 def defaults(plan: BnPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm.endswith(TILES):
+        # 2048-element tiles (8 per thread at 8 warps) for both passes; 8 programs per SM.
+        return {"BLOCK": 2048, "num_warps": 8, "PROGS_PER_SM": 8}
     return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False}
+
+
+def valid(plan: BnPlan, params: dict[str, Any]) -> str | None:
+    if params["algorithm"].endswith(TILES) and params["BLOCK"] < 128:
+        return "channel tiles need BLOCK >= 128"
+    return None
 
 
 def space(plan: BnPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     from ..spaces import SPACES
 
+    if params["algorithm"].endswith(TILES):
+        return {
+            "mapping": {"PROGS_PER_SM": [4, 16, 2]},
+            "tiling": {"BLOCK": [1024, 4096, 512]},
+            "memory": {"num_warps": [4, 16]},
+        }.get(stage, {})
     return SPACES["elementwise"].get(stage, {})
 
 
@@ -188,6 +235,8 @@ def bn_running_kernel(rm_ptr, rv_ptr, mean_ptr, rstd_ptr, C, eps, BLOCK: tl.cons
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: BnPlan, params: dict[str, Any]) -> str:
+    if params["algorithm"].endswith(TILES):
+        return _generate_tiles(desc, plan, params)
     name = plan.bn.name
     x_leaf = Leaf("bn_x", "x_bn", None)
     stats = [Leaf("bn_mean", "mean_v", None), Leaf("bn_rstd", "rstd_v", None)]
@@ -240,19 +289,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: BnPlan, params: dict[
     )
     kernels = [ewops.HELPERS, STATS, ew._kernel("bn_apply_kernel", chain, params)]
     launchers = [ew.BCAST_HELPER, ew._launcher("bn_apply_kernel", chain, params)]
-    stats_launch = '''
-def launch_bn_running(x, rm, rv, eps):
-    """Per-channel running mean and 1/sqrt(running_var + eps), shaped (C, 1, ..., 1)."""
-    C = x.shape[1]
-    if rm.numel() != C or rv.numel() != C:
-        raise ValueError("running statistics do not match the channel count")
-    mean = torch.empty((C,), device=x.device, dtype=torch.float32)
-    rstd = torch.empty((C,), device=x.device, dtype=torch.float32)
-    bn_running_kernel[(triton.cdiv(C, 256),)](rm.contiguous(), rv.contiguous(), mean, rstd, C, eps,
-                                               BLOCK=256, num_warps=4)
-    view_shape = (C,) + (1,) * (x.dim() - 2)
-    return mean.view(view_shape), rstd.view(view_shape)
-
+    stats_launch = (
+        RUNNING_LAUNCH
+        + '''
 
 def launch_bn_stats(x, eps):
     """Per-channel mean and 1/sqrt(var + eps) over (N, *spatial), shaped (C, 1, ..., 1)."""
@@ -273,13 +312,38 @@ def launch_bn_stats(x, eps):
     view_shape = (C,) + (1,) * (x.dim() - 2)
     return mean.view(view_shape), rstd.view(view_shape)
 '''
-    fwd = []
-    if plan.conv_call:
-        fwd.append(f"x_bn = {plan.conv_call}.contiguous()")
-    else:
-        fwd.append(f"x_bn = {plan.x_expr}.contiguous()")
+    )
+    fwd = _forward_stats(plan, "launch_bn_stats")
+    args = [lf.expr for lf in chain.tensor_leaves + chain.scalar_leaves]
+    fwd.append(f"return launch_bn_apply_kernel({', '.join(args)})")
+    doc = f"EGG expert: batchnorm family (batch or running statistics), algorithm {params['algorithm']}."
+    return assemble(
+        desc, "\n\n".join(kernels), stats_launch + "\n\n" + "\n\n".join(launchers), "\n".join(fwd), doc
+    )
+
+
+RUNNING_LAUNCH = '''
+def launch_bn_running(x, rm, rv, eps):
+    """Per-channel running mean and 1/sqrt(running_var + eps), shaped (C, 1, ..., 1)."""
+    C = x.shape[1]
+    if rm.numel() != C or rv.numel() != C:
+        raise ValueError("running statistics do not match the channel count")
+    mean = torch.empty((C,), device=x.device, dtype=torch.float32)
+    rstd = torch.empty((C,), device=x.device, dtype=torch.float32)
+    bn_running_kernel[(triton.cdiv(C, 256),)](rm.contiguous(), rv.contiguous(), mean, rstd, C, eps,
+                                               BLOCK=256, num_warps=4)
+    view_shape = (C,) + (1,) * (x.dim() - 2)
+    return mean.view(view_shape), rstd.view(view_shape)
+'''
+
+
+def _forward_stats(plan: BnPlan, stats_launcher: str) -> list[str]:
+    """forward() lines up to the per-channel statistics: x_bn (the input, or the library conv's
+    output), mean_v / rstd_v from the batch (stats_launcher) or the running statistics, and the
+    affine w_v / b_v, all shaped (C, 1, ..., 1)."""
+    fwd = [f"x_bn = {plan.conv_call if plan.conv_call else plan.x_expr}.contiguous()"]
     fwd.append(f"if {plan.use_batch}:")
-    fwd.append(f"    mean_v, rstd_v = launch_bn_stats(x_bn, {plan.eps})")
+    fwd.append(f"    mean_v, rstd_v = {stats_launcher}(x_bn, {plan.eps})")
     if plan.running_mean is not None and plan.running_var is not None:
         fwd.append("else:")
         fwd.append(
@@ -289,9 +353,147 @@ def launch_bn_stats(x, eps):
     if plan.weight:
         fwd.append(f"w_v = {plan.weight}.view(mean_v.shape)")
         fwd.append(f"b_v = {plan.bias}.view(mean_v.shape)")
-    args = [lf.expr for lf in chain.tensor_leaves + chain.scalar_leaves]
-    fwd.append(f"return launch_bn_apply_kernel({', '.join(args)})")
-    doc = f"EGG expert: batchnorm family (batch or running statistics), algorithm {algorithms(plan)[0]}."
-    return assemble(
-        desc, "\n\n".join(kernels), stats_launch + "\n\n" + "\n\n".join(launchers), "\n".join(fwd), doc
+    return fwd
+
+
+# -- channel-tiles: per-channel statistics and normalisation on (channel, pixel) tiles ----------
+
+TILE_KERNELS = """
+@triton.jit
+def bn_tile_partial_kernel(x_ptr, part_ptr, C, HW, HB, n_blocks, b_per, SPLIT: tl.constexpr,
+                           BC: tl.constexpr, BHW: tl.constexpr):
+    # Shifted sums over this program's run of (sample, pixel-block) blocks for BC channels; the
+    # blocks are rows of one channel plane, so there is no per-element index division, and
+    # loads are coalesced along the pixels (along the channels when HW is 1).
+    cc = tl.program_id(0) * BC + tl.arange(0, BC)
+    s = tl.program_id(1)
+    cm = cc < C
+    shift = tl.load(x_ptr + cc * HW, mask=cm, other=0.0).to(tl.float32)
+    hw0 = tl.arange(0, BHW)
+    acc1 = tl.zeros([BC, BHW], dtype=tl.float32)
+    acc2 = tl.zeros([BC, BHW], dtype=tl.float32)
+    b_lo = s * b_per
+    b_hi = tl.minimum(n_blocks, b_lo + b_per)
+    for b in range(b_lo, b_hi):
+        n = b // HB
+        hw = (b - n * HB) * BHW + hw0
+        m = cm[:, None] & (hw < HW)[None, :]
+        ptrs = x_ptr + n.to(tl.int64) * C * HW + cc[:, None] * HW + hw[None, :]
+        d = tl.where(m, tl.load(ptrs, mask=m, other=0.0).to(tl.float32) - shift[:, None], 0.0)
+        acc1 += d
+        acc2 += d * d
+    tl.store(part_ptr + (cc * SPLIT + s) * 2, tl.sum(acc1, 1), mask=cm)
+    tl.store(part_ptr + (cc * SPLIT + s) * 2 + 1, tl.sum(acc2, 1), mask=cm)
+"""
+
+TILE_STATS_LAUNCH = """
+def launch_bn_tile_stats(x, eps):
+    \\"\\"\\"Per-channel mean and 1/sqrt(var + eps) over (N, *spatial), shaped (C, 1, ..., 1).\\"\\"\\"
+    N, C = x.shape[0], x.shape[1]
+    HW = x.numel() // (N * C) if N * C else 0
+    total = N * HW
+    if total == 0:
+        raise ValueError("batch_norm over an empty batch")
+    bhw = min({block}, triton.next_power_of_2(HW))
+    bc = min(max(1, {block} // bhw), triton.next_power_of_2(C))
+    hb = triton.cdiv(HW, bhw)
+    n_blocks = N * hb
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    want = triton.cdiv(sms * {per_sm}, triton.cdiv(C, bc))
+    split = min(256, triton.next_power_of_2(max(1, want)), triton.next_power_of_2(n_blocks))
+    b_per = triton.cdiv(n_blocks, split)
+    part = torch.empty((C, split, 2), device=x.device, dtype=torch.float32)
+    bn_tile_partial_kernel[(triton.cdiv(C, bc), split)](x, part, C, HW, hb, n_blocks, b_per, SPLIT=split,
+                                                        BC=bc, BHW=bhw, num_warps={warps})
+    mean = torch.empty((C,), device=x.device, dtype=torch.float32)
+    rstd = torch.empty((C,), device=x.device, dtype=torch.float32)
+    bn_finalize_kernel[(C,)](x, part, mean, rstd, HW, total, eps, SPLIT=split, num_warps=1)
+    view_shape = (C,) + (1,) * (x.dim() - 2)
+    return mean.view(view_shape), rstd.view(view_shape)
+"""
+
+
+def _tile_apply_kernel(plan: BnPlan) -> str:
+    """y = (x - mean[c]) * rstd[c] (* w[c] + b[c]), then the epilogue, on a [BR rows of (n, c),
+    BHW pixels] tile: per-channel values are gathered once per row, not per element."""
+    leaves = plan.epilogue.tensor_leaves
+    aff = ", w_ptr, b_ptr" if plan.weight else ""
+    sig = (
+        f"x_ptr, out_ptr, mean_ptr, rstd_ptr{aff}, C, HW, NC"
+        + "".join(f", t_{lf.name}_ptr" for lf in leaves)
+        + "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
+        + ", BR: tl.constexpr, BHW: tl.constexpr"
+        + "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in leaves)
     )
+    L = [
+        "rr = tl.program_id(0) * BR + tl.arange(0, BR)",
+        "hw = tl.program_id(1) * BHW + tl.arange(0, BHW)",
+        "rmask = rr < NC",
+        "c = rr % C",
+        "m = rmask[:, None] & (hw < HW)[None, :]",
+        "offs = rr.to(tl.int64)[:, None] * HW + hw[None, :]",
+        "x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)",
+        "mean = tl.load(mean_ptr + c, mask=rmask, other=0.0)[:, None]",
+        "rstd = tl.load(rstd_ptr + c, mask=rmask, other=0.0)[:, None]",
+        "y = (x - mean) * rstd",
+    ]
+    if plan.weight:
+        L += [
+            "w = tl.load(w_ptr + c, mask=rmask, other=0.0).to(tl.float32)[:, None]",
+            "bb = tl.load(b_ptr + c, mask=rmask, other=0.0).to(tl.float32)[:, None]",
+            "y = y * w + bb",
+        ]
+    env = {plan.bn.name: "y", **{lf.name: f"l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves}}
+    for lf in leaves:
+        P = f"t_{lf.name}"
+        L += [
+            f"if {P}_MODE == 0:",
+            f"    {P} = tl.load({P}_ptr + offs, mask=m, other=0.0).to(tl.float32)",
+            f"elif {P}_MODE == 1:",
+            f"    {P} = tl.load({P}_ptr + c, mask=rmask, other=0.0).to(tl.float32)[:, None]",
+            "else:",
+            f"    {P} = tl.load({P}_ptr).to(tl.float32)",
+        ]
+        env[lf.name] = P
+    epi, last = plan.epilogue.body(env)
+    L += [*epi, f"tl.store(out_ptr + offs, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=m)"]
+    return "@triton.jit\ndef bn_tile_apply_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+
+
+def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any]) -> str:
+    block, warps = int(params["BLOCK"]), int(params["num_warps"])
+    per_sm = int(params.get("PROGS_PER_SM", 8))
+    leaves = plan.epilogue.tensor_leaves
+    targs = [f"t_{lf.name}" for lf in leaves]
+    sargs = [f"l_{lf.name}" for lf in plan.epilogue.scalar_leaves]
+    aff = ["w_v", "b_v"] if plan.weight else []
+    L = [
+        f"def launch_bn_tile_apply(x, mean, rstd{''.join(', ' + a for a in aff + targs + sargs)}):",
+        "    N, C = x.shape[0], x.shape[1]",
+        "    HW = x.numel() // (N * C) if N * C else 0",
+        "    out = torch.empty_like(x)",
+        "    if out.numel() == 0:",
+        "        return out",
+        *(f"    {t}_c, {t}_m = _epi_mode({t}, x.shape)" for t in targs),
+        f"    bhw = min({block}, triton.next_power_of_2(HW))",
+        f"    br = max(1, {block} // bhw)",
+        "    grid = (triton.cdiv(N * C, br), triton.cdiv(HW, bhw))",
+        "    bn_tile_apply_kernel[grid](x, out, mean, rstd"
+        + "".join(f", {a}.reshape(-1)" for a in aff)
+        + ", C, HW, N * C"
+        + "".join(f", {t}_c" for t in targs)
+        + "".join(f", float({x})" for x in sargs)
+        + ", BR=br, BHW=bhw"
+        + "".join(f", {t}_MODE={t}_m" for t in targs)
+        + f", num_warps={warps})",
+        "    return out",
+    ]
+    stats = TILE_STATS_LAUNCH.replace('\\"', '"').format(block=block, per_sm=per_sm, warps=warps)
+    launchers = RUNNING_LAUNCH + "\n\n" + stats + "\n\n" + EPI_MODE + "\n\n" + "\n".join(L) + "\n"
+    fwd = _forward_stats(plan, "launch_bn_tile_stats")
+    call = ["x_bn", "mean_v.reshape(-1)", "rstd_v.reshape(-1)", *aff, *(lf.expr for lf in leaves)]
+    call += [lf.expr for lf in plan.epilogue.scalar_leaves]
+    fwd.append(f"return launch_bn_tile_apply({', '.join(call)})")
+    doc = f"EGG expert: batchnorm family (batch or running statistics), algorithm {params['algorithm']}."
+    kernels = [ewops.HELPERS, STATS, TILE_KERNELS, _tile_apply_kernel(plan)]
+    return assemble(desc, "\n\n".join(kernels), launchers, "\n".join(fwd), doc)

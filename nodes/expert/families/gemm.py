@@ -5,9 +5,21 @@ Algorithms (the seeds):
                  store; fp32 operands use 3xTF32 ("tf32x3": tensor cores at near-fp32 accuracy)
   tiled-ieee     the same with true fp32 dot products (slower, exact to fp32 rounding)
   split-k        K split over SPLIT_K programs writing fp32 partials, then a reduce kernel that
-                 applies the epilogue (for small M*N with a long K)
+                 applies the epilogue (for small M*N with a long K; SPLIT_K 0 sizes the split at
+                 launch to fill the SMs once)
+  tiled-persistent  the tiled kernel on a persistent grid (PROGS_PER_SM programs per SM) walking
+                 the output tiles of every batch in grouped order (batched / many-tile GEMMs)
+Parameters shared by the tl.dot algorithms: PRECISION (fp32 operands: tf32x3 by default, ieee,
+or tf32 as a last refinement the checker judges; reports show it) and KMAJOR (copy operands that
+are not K-major, or whose K rows are not 16-byte aligned, into K-major buffers with K zero-padded to
+BLOCK_K: 16-byte async copies for the TF32 MMAs and a mask-free K loop; on by default where the
+copy is cheap next to the GEMM). Output tiles are sized from the shape (halved while they would
+leave SMs idle), so ragged, non-power-of-two dims do not collapse onto a few programs.
   library+fused-epilogue  matmul stays a library call (mixed policy only), the whole epilogue
                  is one Triton kernel
+  gemv-splitk    a vector operand (N == 1 or M == 1): the matrix streamed once in coalesced
+                 16-byte loads, K split over enough programs to fill the GPU, fp32 FMA partials,
+                 then the reduce + epilogue kernel of split-k (the first seed for such shapes)
 Epilogue operands (bias, residuals, scales) are read through their broadcast strides, so any
 tensor that broadcasts to the output works without a copy.
 
@@ -55,6 +67,8 @@ class GemmPlan:
     # Row-reduction epilogue over the last (output-feature) dim, applied after `epilogue`.
     reduce: str | None = None  # "sum" | "mean" | "max" | "min"
     keepdim: bool = False
+    # Independent GEMMs (bmm / broadcast batch); 1 when a batched A meets a 2-D B (folded into M).
+    batch: int = 1
 
 
 # reduction op -> (kind, identity literal)
@@ -146,12 +160,13 @@ def match(view: GraphView) -> GemmPlan | None:
         None,
         epilogue,
         g.name,
-        shape[-2],
+        shape[-2] if len(b_shape) == 3 else _prod(shape[:-1]),
         shape[-1],
         a_shape[-1],
         g.dtype or "float32",
         reduce=reduce,
         keepdim=keepdim,
+        batch=_prod(shape[:-2]) if len(b_shape) == 3 else 1,
     )
 
 
@@ -204,6 +219,7 @@ ATOMIC_IEEE = "tiled-ieee+atomic-rowreduce"
 TWO_KERNEL = "tiled+rowreduce-kernel"
 ROWBAND = "tiled-rowband"
 LIB_REDUCE = "library+fused-epilogue-rowreduce"
+GEMV = "gemv-splitk"
 
 
 def algorithms(plan: GemmPlan) -> list[str]:
@@ -213,30 +229,130 @@ def algorithms(plan: GemmPlan) -> list[str]:
             algos.append(ATOMIC_IEEE)
         algos.append(LIB_REDUCE)
         return algos
+    if min(plan.m, plan.n) == 1:
+        # A vector operand: a GEMV streams the matrix once at the bandwidth roof; a GEMM tile
+        # would be 1/16 (or less) useful columns.
+        algos = [GEMV, "tiled"]
+        if plan.dtype == "float32":
+            algos.append("tiled-ieee")
+        algos.append("split-k")
+        if plan.epilogue.nodes:
+            algos.append("library+fused-epilogue")
+        return algos
     algos = ["tiled"]
     if plan.dtype == "float32":
         algos.append("tiled-ieee")
     # Split-K pays off only when the output has too few tiles to fill the GPU.
-    if plan.k >= 4 * max(plan.m, plan.n, 1) or plan.m * plan.n <= 256 * 256:
-        algos.insert(1, "split-k")
+    if plan.k >= 4 * max(plan.m, plan.n, 1) or plan.m * plan.n * plan.batch <= 256 * 256:
+        algos.insert(0 if plan.k >= 4 * max(plan.m, plan.n, 1) else 1, "split-k")
     else:
         algos.append("split-k")
+    # Many output tiles (a batch of GEMMs, or one large GEMM): one persistent program per SM
+    # walking the tiles in grouped order; before split-k / ieee where the batch is large.
+    persist_at = 1 if plan.batch > 1 and _tile_count(plan, 128, 128) >= 4 * SMS else len(algos)
+    algos.insert(persist_at, PERSISTENT)
     if plan.epilogue.nodes:
         algos.append("library+fused-epilogue")
     return algos
 
 
+# Streaming multiprocessors of the target GPU (an H200 has 132): shapes are sized against it.
+SMS = 132
+PERSISTENT = "tiled-persistent"
+DOT_ALGOS = ("tiled", "tiled-ieee", "split-k", PERSISTENT)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _tile_count(plan: GemmPlan, bm: int, bn: int) -> int:
+    return _cdiv(plan.m, bm) * _cdiv(plan.n, bn) * plan.batch
+
+
+def _fill_tiles(plan: GemmPlan) -> tuple[int, int]:
+    """128x128 output tiles, halved (rows first) while they would leave over 10% of the SMs idle:
+    a 1000x1000 output has 64 tiles of 128x128 for 132 SMs, 128 of 64x128."""
+    bm, bn = 128, 128
+    while _tile_count(plan, bm, bn) < 0.9 * SMS and (bm > 64 or bn > 64):
+        if bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+    return bm, bn
+
+
+def _kmajor_default(plan: GemmPlan) -> bool:
+    """Copy the operands into K-major, K-padded buffers when that is cheap next to the GEMM.
+
+    fp32 operands go to the tensor cores as TF32, whose sm_90 MMAs (wgmma) read both operands
+    K-major from shared memory: an N-major B (a plain (K, N) matrix) or rows that are not 16-byte
+    aligned (an odd K) make Triton fill shared memory with 4-byte instead of 16-byte async copies
+    (seen in the sm_90 PTX). Copying both operands costs about 150 * (1/M + 1/N) of a 3xTF32 GEMM's
+    time; taken when that is under 15%."""
+    if plan.dtype != "float32" and plan.k % 8 == 0:
+        return False
+    return 150.0 * (1.0 / max(plan.m, 1) + 1.0 / max(plan.n, 1)) < 0.15
+
+
+def _precision(plan: GemmPlan, algorithm: str) -> str | None:
+    if plan.dtype != "float32":
+        return None
+    return "ieee" if algorithm == "tiled-ieee" else "tf32x3"
+
+
 def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm == GEMV:
+        # 8 rows x 512 contiguous elements per step: 32 fp32 per thread (eight 16-byte loads in
+        # flight) at 4 warps; K split only as far as needed to give every SM 8 programs.
+        return {
+            "BLOCK_V": 512,
+            "BLOCK_R": 8,
+            "SPLIT_K": 0,
+            "PROGS_PER_SM": 8,
+            "num_warps": 4,
+            "num_stages": 1,
+            "PRECISION": "ieee",
+        }
     if algorithm == ROWBAND:
         # One program per row band: smaller bands keep more programs in flight.
         return {"SPLIT_K": 1, "BLOCK_M": 64, "BLOCK_N": 128}
     if algorithm == LIB_REDUCE:
         return {}
-    if algorithm == "split-k":
-        return {"SPLIT_K": 8, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
     if algorithm == "library+fused-epilogue":
-        return {"BLOCK": 2048, "num_warps": 8, "EVICT": ""}
-    return {"SPLIT_K": 1}
+        # PRECISION notes the library matmul's: fp32 (torch.backends.cuda.matmul.allow_tf32 is
+        # False by default); not a tunable.
+        return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PRECISION": "cublas-default"}
+    out: dict[str, Any] = {"SPLIT_K": 1, "KMAJOR": _kmajor_default(plan)}
+    prec = _precision(plan, algorithm)
+    if prec:
+        out["PRECISION"] = prec
+    if algorithm == "split-k":
+        # Few output tiles: full 128x128 tiles (8 warps) where the output allows, and K split at
+        # launch into as many chunks as fill the SMs once (SPLIT_K 0 = sized at launch).
+        bm = 128 if plan.m >= 128 else 64
+        bn = 128 if plan.n >= 128 else 64
+        out.update(
+            SPLIT_K=0,
+            PROGS_PER_SM=1,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=32,
+            num_warps=8 if bm * bn >= 128 * 128 else 4,
+            num_stages=3,
+            KMAJOR=False,
+        )
+        return out
+    if algorithm in ("tiled", "tiled-ieee", PERSISTENT):
+        bm, bn = _fill_tiles(plan)
+        out.update(BLOCK_M=bm, BLOCK_N=bn, num_warps=8 if bm * bn >= 128 * 128 else 4)
+        if plan.dtype == "float32":
+            # 4 stages of 128x32 + 32x128 fp32 operand tiles are 128 KB of shared memory: deeper
+            # prefetch for the 3xTF32 MMAs, still one 8-warp program per SM as registers allow.
+            out["num_stages"] = 4
+        if algorithm == PERSISTENT:
+            out["PROGS_PER_SM"] = 1
+    return out
 
 
 def grouped_tiles(n_cols: str) -> list[str]:
@@ -262,9 +378,10 @@ def dot_tile_problem(params: dict[str, Any]) -> str | None:
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
     if min(bm, bn, bk) < 16:
         return "tl.dot needs tiles of at least 16"
-    # Shared memory for the pipelined operand tiles (fp32: 4 bytes) must fit in ~227 KB.
+    # Shared memory for the pipelined operand tiles (fp32: 4 bytes; one buffer per stage, as
+    # Triton 3.6 allocates them for sm_90) must fit in the 227 KB a block may have.
     stages = params.get("num_stages", 3)
-    if (bm * bk + bk * bn) * 4 * max(stages - 1, 1) > 220 * 1024:
+    if (bm * bk + bk * bn) * 4 * max(stages, 1) > 224 * 1024:
         return "operand tiles exceed shared memory"
     if bm * bn > 128 * 256:
         return "accumulator too large for the register file"
@@ -275,8 +392,14 @@ def valid(plan: GemmPlan, params: dict[str, Any]) -> str | None:
     algo = params["algorithm"]
     if algo in ("library+fused-epilogue", LIB_REDUCE):
         return None
-    if algo != "split-k" and params.get("SPLIT_K", 1) != 1:
+    if algo == GEMV:
+        if params["BLOCK_V"] * params["BLOCK_R"] > 16384:
+            return "GEMV tile holds more than 64 fp32 accumulators per thread at 8 warps"
+        return None if params["BLOCK_V"] >= 32 else "BLOCK_V below one warp"
+    if algo not in ("split-k", GEMV) and params.get("SPLIT_K", 1) != 1:
         return "SPLIT_K applies to split-k only"
+    if algo == "split-k" and params.get("SPLIT_K", 0) < 0:
+        return "SPLIT_K must be 0 (sized at launch) or a chunk count"
     return dot_tile_problem(params)
 
 
@@ -289,19 +412,28 @@ def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list
         return {}  # the row-reduce kernel sizes its own tiles
     if params["algorithm"] == ROWBAND and stage == "mapping":
         return {}  # one program per row band: no tile order to choose
+    if params["algorithm"] == GEMV:
+        return GEMV_SPACE.get(stage, {})
     sp = dict(sp)
+    if stage == "memory" and params["algorithm"] in DOT_ALGOS:
+        sp["KMAJOR"] = [not params.get("KMAJOR", False)]
     if params["algorithm"] == "split-k" and stage == "mapping":
-        sp["SPLIT_K"] = [4, 16, 2]
+        # SPLIT_K 0 sizes the split at launch (PROGS_PER_SM programs per SM)
+        sp["SPLIT_K"] = [0, 16, 32, 64, 8, 4]
+        sp["PROGS_PER_SM"] = [2, 3, 1]
+    if params["algorithm"] == PERSISTENT and stage == "mapping":
+        sp["PROGS_PER_SM"] = [2, 1]
     return sp
 
 
 def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
     out = []
     if params["algorithm"] == "library+fused-epilogue":
-        p = {k: v for k, v in params.items() if k not in ("BLOCK", "EVICT")}
+        p = {k: v for k, v in params.items() if k not in ("BLOCK", "EVICT", "PRECISION")}
         from ..spaces import DEFAULTS
 
-        p.update(DEFAULTS["gemm"], algorithm="tiled")
+        p.update(DEFAULTS["gemm"])
+        p.update(defaults(plan, "tiled"), algorithm="tiled")
         out.append(("refine:fuse-epilogue-into-gemm", p, "write the output once: epilogue in the GEMM store"))
     if params["algorithm"] == LIB_REDUCE:
         from ..spaces import DEFAULTS
@@ -334,8 +466,20 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
         out.append(
             (
                 "refine:3xtf32",
-                dict(params, algorithm="tiled"),
+                dict(params, algorithm="tiled", PRECISION="tf32x3"),
                 "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
+            )
+        )
+    if params["algorithm"] in DOT_ALGOS and params.get("PRECISION") == "tf32x3":
+        # fp32 matmuls are not TF32 in PyTorch by default (torch.backends.cuda.matmul.allow_tf32 is
+        # False), so plain TF32 passes only where the checker's bar (fp64 reference, tolerance plus
+        # 4x the reference's own fp32 error) is wide enough: long K, or a TF32 reference.
+        out.append(
+            (
+                "refine:tf32",
+                dict(params, PRECISION="tf32"),
+                "one TF32 MMA instead of three (about 3x the tensor-core rate); the checker's fp64 "
+                "bar decides whether its 10-bit mantissa products are accurate enough here",
             )
         )
     return out
@@ -350,14 +494,25 @@ def safer(plan: GemmPlan, params: dict[str, Any], rule: str) -> list[tuple[str, 
                 "exact fp32 dot products in case 3xTF32 rounding exceeds the tolerance",
             )
         ]
-    if params["algorithm"] == "tiled" and plan.dtype == "float32" and "mismatch" in rule:
-        return [
-            (
-                "fix:mismatch:ieee",
-                dict(params, algorithm="tiled-ieee"),
-                "exact fp32 dot products in case 3xTF32 rounding exceeds the tolerance",
-            )
-        ]
+    if params["algorithm"] in DOT_ALGOS and plan.dtype == "float32" and "mismatch" in rule:
+        prec = params.get("PRECISION") or _precision(plan, params["algorithm"])
+        if prec == "tf32":
+            return [
+                (
+                    "fix:mismatch:tf32x3",
+                    dict(params, PRECISION="tf32x3"),
+                    "3xTF32 dot products in case TF32 rounding exceeds the tolerance",
+                )
+            ]
+        if prec == "tf32x3":
+            algo = "tiled-ieee" if params["algorithm"] == "tiled" else params["algorithm"]
+            return [
+                (
+                    "fix:mismatch:ieee",
+                    dict(params, algorithm=algo, PRECISION="ieee"),
+                    "exact fp32 dot products in case 3xTF32 rounding exceeds the tolerance",
+                )
+            ]
     return []
 
 
@@ -425,7 +580,9 @@ def _k_loop(prec: str, indent: str = "") -> list[str]:
     ]
 
 
-def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool, atomic: bool = False) -> str:
+def _gemm_kernel(
+    plan: GemmPlan, precision: str | None, split: bool, atomic: bool = False, persistent: bool = False
+) -> str:
     bias_sig = ", bias_ptr" if plan.bias_expr else ""
     prec = f', input_precision="{precision}"' if precision else ""
     L = [
@@ -506,6 +663,18 @@ def _gemm_kernel(plan: GemmPlan, precision: str | None, split: bool, atomic: boo
             "GROUP_M: tl.constexpr, EVEN_K: tl.constexpr"
         )
         name = "gemm_kernel"
+        if persistent:
+            # One program per SM (or a few) walks the output tiles of every batch in grouped
+            # order: no tail wave of idle SMs, and the next tile's loads start while this
+            # program's epilogue finishes.
+            L = [
+                "tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)",
+                "for tile in range(tl.program_id(0), tiles * n_batch, tl.num_programs(0)):",
+                "    pid = tile % tiles",
+                "    bid = (tile // tiles).to(tl.int64)",
+                *("    " + ln for ln in L[2:]),
+            ]
+            sig = sig.replace("M, N, K, ", "M, N, K, n_batch, ", 1)
     return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + ln for ln in L) + "\n"
 
 
@@ -642,6 +811,23 @@ def _gemm_operands(a, b):
     return a, b, nb, a.shape[1], b.shape[2], a.shape[2], out_shape
 
 
+def _kmajor(t, kd, K, kp):
+    """3-D operand `t` whose dim `kd` (1 or 2) is K, as a view of a buffer where K is the
+    contiguous dim, zero-padded to kp, with 16-byte aligned lines; `t` itself when it already is.
+    A broadcast batch (stride 0) stays broadcast: only one batch is copied."""
+    ld = 3 - kd
+    if t.stride(kd) == 1 and kp == K and (t.stride(ld) * t.element_size()) % 16 == 0:
+        return t
+    bcast = t.shape[0] > 1 and t.stride(0) == 0
+    src = t[:1] if bcast else t
+    buf = torch.empty((src.shape[0], t.shape[ld], kp), device=t.device, dtype=t.dtype)
+    if kp > K:
+        buf[:, :, K:] = 0
+    buf[:, :, :K].copy_(src if kd == 2 else src.transpose(1, 2))
+    out = buf if kd == 2 else buf.transpose(1, 2)
+    return out.expand(t.shape[0], out.shape[1], out.shape[2]) if bcast else out
+
+
 def _epi_view(t, out_shape, nb, M, N):
     """Broadcast strides of an epilogue operand over the (batch, M, N) output view."""
     e = t.expand(out_shape).reshape(nb, M, N)
@@ -649,25 +835,11 @@ def _epi_view(t, out_shape, nb, M, N):
 '''
 
 
-def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dict[str, Any]) -> str:
-    algo = params["algorithm"]
+def _launch_head(plan: GemmPlan) -> tuple[list[str], str, list[str]]:
+    """The launcher's first lines (operands as 3-D views, the output, the epilogue operands'
+    broadcast strides), the epilogue kernel-argument suffix and the forward's call arguments."""
     tensors, scal = _leaf_args(plan.epilogue)
-    leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
-    if plan.reduce is not None:
-        return _generate_rowreduce(desc, plan, params)
-    if algo == "library+fused-epilogue":
-        return _generate_library(desc, view, plan, params)
-    precision = None
-    if plan.dtype == "float32":
-        precision = "ieee" if algo == "tiled-ieee" else "tf32x3"
-    split = algo == "split-k"
-    kernels = [ewops.HELPERS, _gemm_kernel(plan, precision, split)]
-    if split:
-        kernels.append(_reduce_kernel(plan))
-    bias_arg = ", bias" if plan.bias_expr else ""
     sig = ", ".join(["a", "b"] + (["bias"] if plan.bias_expr else []) + tensors + scal)
-    bm, bn, bk, gm = (int(params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
-    warps, stages = int(params["num_warps"]), int(params["num_stages"])
     L = [
         f"def launch_gemm({sig}):",
         "    a3, b3, nb, M, N, K, out_shape = _gemm_operands(a, b)",
@@ -682,20 +854,74 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     L += leaf_lines
     if plan.bias_expr:
         L.append("    bias = bias.contiguous()")
+    leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
+    call = [plan.a_expr, plan.b_expr] + ([plan.bias_expr] if plan.bias_expr else []) + leaf_exprs
+    return L, epi, call
+
+
+def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dict[str, Any]) -> str:
+    algo = params["algorithm"]
+    if plan.reduce is not None:
+        return _generate_rowreduce(desc, plan, params)
+    if algo == "library+fused-epilogue":
+        return _generate_library(desc, view, plan, params)
+    if algo == GEMV:
+        return _generate_gemv(desc, plan, params)
+    precision = (params.get("PRECISION") or _precision(plan, algo)) if plan.dtype == "float32" else None
+    split = algo == "split-k"
+    persistent = algo == PERSISTENT
+    kernels = [ewops.HELPERS, _gemm_kernel(plan, precision, split, persistent=persistent)]
+    if split:
+        kernels.append(_reduce_kernel(plan))
+    bias_arg = ", bias" if plan.bias_expr else ""
+    bm, bn, bk, gm = (int(params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
+    warps, stages = int(params["num_warps"]), int(params["num_stages"])
+    L, epi, call = _launch_head(plan)
+    if params.get("KMAJOR"):
+        # K-major, K-padded operand copies (layout only): 16-byte async copies into the TF32
+        # MMA's shared-memory layout, and a K loop without masks.
+        L += [
+            f"    kp = triton.cdiv(K, {bk}) * {bk}",
+            "    a3 = _kmajor(a3, 2, K, kp)",
+            "    b3 = _kmajor(b3, 1, K, kp)",
+            "    K = kp",
+        ]
     strides = (
         "a3.stride(0) if a3.shape[0] > 1 else 0, a3.stride(1), a3.stride(2), "
         "b3.stride(0) if b3.shape[0] > 1 else 0, b3.stride(1), b3.stride(2)"
     )
+    per_sm = int(params.get("PROGS_PER_SM", 1))
+    sms = "    sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 4"
     if split:
         sk = int(params["SPLIT_K"])
+        L.append(f"    tiles = triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}) * nb")
+        if sk > 0:
+            L.append(f"    split = max(1, min({sk}, triton.cdiv(K, {bk})))")
+        else:
+            # as many K chunks as fill the SMs, each at least 8 K steps long
+            L += [
+                sms,
+                f"    split = max(1, min(triton.cdiv(sms * {per_sm}, tiles), triton.cdiv(K, {8 * bk}), 1024))",
+            ]
         L += [
-            f"    ws = torch.empty(({sk}, nb, M, N), device=a.device, dtype=torch.float32)",
-            f"    grid = (triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}), nb, {sk})",
+            f"    split = triton.cdiv(K, triton.cdiv(triton.cdiv(K, split), {bk}) * {bk})",
+            "    ws = torch.empty((split, nb, M, N), device=a.device, dtype=torch.float32)",
+            f"    grid = (triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}), nb, split)",
             f"    gemm_splitk_kernel[grid](a3, b3, ws, M, N, K, nb, {strides}, BLOCK_M={bm}, BLOCK_N={bn}, "
-            f"BLOCK_K={bk}, GROUP_M={gm}, SPLIT_K={sk}, num_warps={warps}, num_stages={stages})",
+            f"BLOCK_K={bk}, GROUP_M={gm}, SPLIT_K=split, num_warps={warps}, num_stages={stages})",
             "    rgrid = (triton.cdiv(M, 64), triton.cdiv(N, 64), nb)",
             f"    gemm_reduce_kernel[rgrid](ws, c3{bias_arg}, M, N, nb, c3.stride(0), c3.stride(1), "
-            f"c3.stride(2){epi}, BLOCK_M=64, BLOCK_N=64, SPLIT_K={sk}, num_warps=4)",
+            f"c3.stride(2){epi}, BLOCK_M=64, BLOCK_N=64, SPLIT_K=split, num_warps=4)",
+            "    return out",
+        ]
+    elif persistent:
+        L += [
+            sms,
+            f"    tiles = triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}) * nb",
+            f"    grid = (max(1, min(tiles, sms * {per_sm})),)",
+            f"    gemm_kernel[grid](a3, b3, c3{bias_arg}, M, N, K, nb, {strides}, c3.stride(0), c3.stride(1), "
+            f"c3.stride(2){epi}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={gm}, "
+            f"EVEN_K=(K % {bk} == 0), num_warps={warps}, num_stages={stages})",
             "    return out",
         ]
     else:
@@ -706,7 +932,6 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
             f"EVEN_K=(K % {bk} == 0), num_warps={warps}, num_stages={stages})",
             "    return out",
         ]
-    call = [plan.a_expr, plan.b_expr] + ([plan.bias_expr] if plan.bias_expr else []) + leaf_exprs
     doc = f"EGG expert: gemm family ({plan.kind}), algorithm {algo}" + (
         f", precision {precision}." if precision else "."
     )
@@ -869,3 +1094,130 @@ def _generate_rowreduce(desc: TaskDescription, plan: GemmPlan, params: dict[str,
         f", precision {precision}." if precision and not lib else "."
     )
     return assemble(desc, "\n\n".join(kernels), _SHAPES + "\n\n" + "\n".join(L) + "\n", fwd, doc)
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMV: a matrix times a vector operand (N == 1 or M == 1), split over K
+# ---------------------------------------------------------------------------------------------
+
+# Tunables of the GEMV: the tile along the matrix's contiguous dim (BLOCK_V) and across it
+# (BLOCK_R), the K split (0: sized at launch to fill the GPU) and the programs per SM it aims at.
+GEMV_SPACE: dict[str, dict[str, list[Any]]] = {
+    "mapping": {"SPLIT_K": [2, 4, 8, 16, 32], "PROGS_PER_SM": [4, 16, 2]},
+    "tiling": {"BLOCK_V": [256, 1024, 128], "BLOCK_R": [4, 16, 2, 32]},
+    "memory": {"num_warps": [8, 2, 16], "num_stages": [2, 3, 4]},
+}
+
+GEMV_KERNEL = """
+@triton.jit
+def gemv_kernel(mat_ptr, vec_ptr, ws_ptr, L, K, NV, s_mb, s_mi, s_mk, s_vb, s_vj, s_vk,
+                ws_s, ws_b, ws_i, ws_j, k_per, EVEN_K: tl.constexpr, WIDE_K: tl.constexpr,
+                CLAMP_I: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Partial dot products of BLOCK_I matrix lines with one vector over this program's K chunk:
+    # fp32 FMAs on BLOCK_I x BLOCK_K tiles, one row reduction at the end.
+    n_iblk = tl.cdiv(L, BLOCK_I)
+    pid_i = tl.program_id(0) % n_iblk
+    bj = tl.program_id(0) // n_iblk  # (batch, vector) pair: one grid axis, no 65535 limit
+    sk = tl.program_id(1)
+    bid = (bj // NV).to(tl.int64)
+    j = bj % NV
+    ri = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    im = (ri < L)[:, None]
+    if CLAMP_I:
+        # Out-of-range lines re-read line 0 instead of masking every load; not when the lines
+        # are the matrix's contiguous dim (clamping would hide that, and the 16-byte vectors).
+        ri = tl.where(ri < L, ri, 0)
+    rk = tl.arange(0, BLOCK_K)
+    k_lo = sk * k_per
+    k_hi = tl.minimum(K, k_lo + k_per)
+    # Loop-invariant line pointers plus per-step offsets: no BLOCK_I x BLOCK_K tile of 64-bit
+    # pointers carried through the loop (that alone would take most of the register file).
+    m_rows = mat_ptr + bid * s_mb + ri[:, None].to(tl.int64) * s_mi
+    v_base = vec_ptr + bid * s_vb
+    if NV > 1:
+        v_base += j * s_vj
+    acc = tl.zeros((BLOCK_I, BLOCK_K), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        kk = k0 + rk
+        if WIDE_K:
+            kk = kk.to(tl.int64)
+        m_ptrs = m_rows + kk[None, :] * s_mk
+        if EVEN_K:
+            v = tl.load(v_base + kk * s_vk)
+            if CLAMP_I:
+                a = tl.load(m_ptrs)
+            else:
+                a = tl.load(m_ptrs, mask=im, other=0.0)
+        else:
+            km = kk < k_hi
+            v = tl.load(v_base + kk * s_vk, mask=km, other=0.0)
+            if CLAMP_I:
+                a = tl.load(m_ptrs, mask=km[None, :], other=0.0)
+            else:
+                a = tl.load(m_ptrs, mask=im & km[None, :], other=0.0)
+        acc += a.to(tl.float32) * v.to(tl.float32)[None, :]
+    part = tl.sum(acc, 1)
+    tl.store(ws_ptr + sk * ws_s + bid * ws_b + ri * ws_i + j * ws_j, part, mask=ri < L)
+"""
+
+
+def _generate_gemv(desc: TaskDescription, plan: GemmPlan, params: dict[str, Any]) -> str:
+    bias_arg = ", bias" if plan.bias_expr else ""
+    bv, br = int(params["BLOCK_V"]), int(params["BLOCK_R"])
+    split, per_sm = int(params["SPLIT_K"]), int(params["PROGS_PER_SM"])
+    warps, stages = int(params["num_warps"]), int(params["num_stages"])
+    L, epi, call = _launch_head(plan)
+    L += [
+        "    sab = a3.stride(0) if a3.shape[0] > 1 else 0",
+        "    sbb = b3.stride(0) if b3.shape[0] > 1 else 0",
+        # The matrix is the operand with the longer free dim; each of the NV vectors (the other
+        # operand's free dim, 1 for a true GEMV) is one output line of length L.
+        "    if N <= M:",
+        "        mat, s_mb, s_mi, s_mk, L = a3, sab, a3.stride(1), a3.stride(2), M",
+        "        vec, s_vb, s_vj, s_vk, NV = b3, sbb, b3.stride(2), b3.stride(1), N",
+        "        ws_i, ws_j = N, 1",
+        "    else:",
+        "        mat, s_mb, s_mi, s_mk, L = b3, sbb, b3.stride(2), b3.stride(1), N",
+        "        vec, s_vb, s_vj, s_vk, NV = a3, sab, a3.stride(1), a3.stride(2), M",
+        "        ws_i, ws_j = 1, N",
+        # The long side of the tile runs along the matrix's contiguous dim: coalesced loads.
+        f"    bi, bk = ({br}, {bv}) if s_mk == 1 or s_mi != 1 else ({bv}, {br})",
+        "    bk = min(bk, max(16, triton.next_power_of_2(K)))",
+        "    bi = min(bi, max(1, triton.next_power_of_2(L)))",
+        "    lines = triton.cdiv(L, bi) * nb * NV",
+    ]
+    if split > 0:
+        L.append(f"    split = max(1, min({split}, triton.cdiv(K, bk)))")
+    else:
+        L += [
+            "    sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 4",
+            # split K only as far as filling the GPU needs, each chunk at least 4 tiles long
+            f"    split = max(1, min(triton.cdiv(sms * {per_sm}, lines), triton.cdiv(K, 4 * bk), 65535))",
+        ]
+    L += [
+        "    k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk",
+        "    split = triton.cdiv(K, k_per)",
+        "    ws = torch.empty((split, nb, M, N), device=a.device, dtype=torch.float32)",
+        "    gemv_kernel[(triton.cdiv(L, bi) * nb * NV, split)](mat, vec, ws, L, K, NV, s_mb, s_mi, s_mk, "
+        "s_vb, s_vj, s_vk, nb * M * N, M * N, ws_i, ws_j, k_per, EVEN_K=(K % bk == 0), "
+        "WIDE_K=(K + bk) * max(abs(s_mk), abs(s_vk)) >= 2**31, CLAMP_I=s_mi != 1, BLOCK_I=bi, "
+        f"BLOCK_K=bk, num_warps={warps}, num_stages={stages})",
+        "    rbm = max(16, min(128, triton.next_power_of_2(M)))",
+        "    rbn = max(16, min(128, triton.next_power_of_2(N)))",
+        "    rgrid = (triton.cdiv(M, rbm), triton.cdiv(N, rbn), nb)",
+        f"    gemm_reduce_kernel[rgrid](ws, c3{bias_arg}, M, N, nb, c3.stride(0), c3.stride(1), "
+        f"c3.stride(2){epi}, BLOCK_M=rbm, BLOCK_N=rbn, SPLIT_K=split, num_warps=4)",
+        "    return out",
+    ]
+    doc = (
+        f"EGG expert: gemm family ({plan.kind}), algorithm {GEMV}: a matrix-vector product split "
+        "over K, fp32 FMA (precision ieee), then one reduce + epilogue kernel."
+    )
+    kernels = [ewops.HELPERS, GEMV_KERNEL, _reduce_kernel(plan)]
+    return assemble(
+        desc,
+        "\n\n".join(kernels),
+        _SHAPES + "\n\n" + "\n".join(L) + "\n",
+        f"return launch_gemm({', '.join(call)})",
+        doc,
+    )

@@ -1,6 +1,12 @@
 """Convolution (1d/2d/3d, transposed) + an elementwise epilogue.
 
 Algorithms (the seeds):
+  library-conv+tile-epilogue  (first) the library conv on a channels-last input (cuDNN then runs
+                 channels-last TF32 and returns channels-last output, torch.compile's layout
+                 choice; CHANNELS_LAST is a tunable), then the whole tail in one Triton pass of
+                 (pixel x channel) tiles read and written in the output's own layout: coalesced
+                 along whichever stride is 1, per-channel operands loaded once per tile column, no
+                 per-element index arithmetic
   library-conv+fused-epilogue  the conv stays a library call (mixed policy only: the algorithm
                  name says so) and the whole epilogue is one Triton kernel: the conv output is
                  written once by the library and read once by the epilogue kernel, instead of once
@@ -35,17 +41,24 @@ class ConvPlan:
     epilogue: Chain
     # The same conv + epilogue as a Triton conv-family plan (None where that family cannot do it).
     triton_plan: convfam.ConvPlan | None = None
+    # The call with a channels-last input (2-d / 3-d convolutions only).
+    call_cl: str | None = None
 
 
-def library_call(view: GraphView, c: Any) -> str:
-    """The PyTorch call that computes library op node `c` (a conv module or torch.* function)."""
+def library_call(view: GraphView, c: Any, memory_format: str | None = None) -> str:
+    """The PyTorch call that computes library op node `c` (a conv module or torch.* function);
+    with `memory_format` (e.g. "channels_last") its input is first laid out so, which makes
+    cuDNN run the convolution in that layout (and return its output in it)."""
+    fmt = f".contiguous(memory_format=torch.{memory_format})" if memory_format else ""
     if c.kind == "call_module":
         src = c.args[0] if c.args else None
         if not is_node(src):
             raise Unsupported(f"{c.op} input")
-        return f"self.{c.target}({convfam.operand_expr(view, src, as_list=True)})"
+        return f"self.{c.target}({convfam.operand_expr(view, src, as_list=True)}{fmt})"
     if c.kind == "call_function" and str(c.target).startswith("torch."):
         args = [convfam.operand_expr(view, a, as_list=True) for a in c.args]
+        if args and fmt:
+            args[0] += fmt
         args += [f"{k}={convfam.operand_expr(view, v, as_list=True)}" for k, v in c.kwargs.items()]
         return f"{c.target}({', '.join(args)})"
     raise Unsupported(f"{c.op} called as {c.target}")
@@ -66,50 +79,85 @@ def match(view: GraphView) -> ConvPlan | None:
         triton_plan = convfam.plan_conv(view, c, epi)
     except Unsupported:
         triton_plan = None
-    return ConvPlan(call=call, conv_node=c.name, op=c.op, epilogue=epilogue, triton_plan=triton_plan)
+    nd = int(c.op[-2])
+    call_cl = library_call(view, c, "channels_last" if nd == 2 else "channels_last_3d") if nd > 1 else None
+    return ConvPlan(
+        call=call,
+        conv_node=c.name,
+        op=c.op,
+        epilogue=epilogue,
+        triton_plan=triton_plan,
+        call_cl=call_cl,
+    )
 
 
 LIBRARY = "library-conv+fused-epilogue"
+TILED = "library-conv+tile-epilogue"
+_LIBRARY_ALGOS = (LIBRARY, TILED)
 
 
 def algorithms(plan: ConvPlan) -> list[str]:
     extra = convfam.algorithms(plan.triton_plan) if plan.triton_plan is not None else []
-    return [LIBRARY, *extra]
+    return [TILED, LIBRARY, *extra]
 
 
 def defaults(plan: ConvPlan, algorithm: str) -> dict[str, Any]:
-    if algorithm != LIBRARY and plan.triton_plan is not None:
+    if algorithm not in _LIBRARY_ALGOS and plan.triton_plan is not None:
         return convfam.defaults(plan.triton_plan, algorithm)
-    return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False}
+    if algorithm == TILED:
+        # cuDNN's channels-last TF32 convolution, then the whole tail in one pass over its output
+        # in that layout (what torch.compile does); 4096-element tiles at 8 warps.
+        return {
+            "BLOCK": 4096,
+            "num_warps": 8,
+            "CHANNELS_LAST": plan.call_cl is not None,
+            "PRECISION": LIBRARY_PRECISION,
+        }
+    return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False, "PRECISION": LIBRARY_PRECISION}
+
+
+# What the library convolution computes in (a note for reports; not a tunable): PyTorch's default,
+# TF32 for fp32 cuDNN convolutions (torch.backends.cudnn.allow_tf32).
+LIBRARY_PRECISION = "cudnn-default"
 
 
 def valid(plan: ConvPlan, params: dict[str, Any]) -> str | None:
-    if params["algorithm"] != LIBRARY and plan.triton_plan is not None:
+    if params["algorithm"] not in _LIBRARY_ALGOS and plan.triton_plan is not None:
         return convfam.valid(plan.triton_plan, params)
+    if params["algorithm"] == TILED and params.get("CHANNELS_LAST") and plan.call_cl is None:
+        return "a 1-d convolution has no channels-last layout"
     return None
 
 
 def space(plan: ConvPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     from ..spaces import SPACES
 
-    if params["algorithm"] != LIBRARY and plan.triton_plan is not None:
+    if params["algorithm"] not in _LIBRARY_ALGOS and plan.triton_plan is not None:
         return convfam.space(plan.triton_plan, params, stage, sp)
+    if params["algorithm"] == TILED:
+        return {
+            "mapping": {"CHANNELS_LAST": [not params.get("CHANNELS_LAST", True)]},
+            "tiling": {"BLOCK": [2048, 8192, 1024]},
+            "memory": {"num_warps": [4, 16]},
+        }.get(stage, {})
     return SPACES["elementwise"].get(stage, {})
 
 
 def refinements(plan: ConvPlan, params: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
-    if params["algorithm"] != LIBRARY and plan.triton_plan is not None:
+    if params["algorithm"] not in _LIBRARY_ALGOS and plan.triton_plan is not None:
         return convfam.refinements(plan.triton_plan, params)
     return []
 
 
 def safer(plan: ConvPlan, params: dict[str, Any], rule: str) -> list[tuple[str, dict[str, Any], str]]:
-    if params["algorithm"] != LIBRARY and plan.triton_plan is not None:
+    if params["algorithm"] not in _LIBRARY_ALGOS and plan.triton_plan is not None:
         return convfam.safer(plan.triton_plan, params, rule)
     return []
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dict[str, Any]) -> str:
+    if params["algorithm"] == TILED:
+        return _generate_tiled(desc, plan, params)
     if params["algorithm"] != LIBRARY:
         if plan.triton_plan is None:
             raise Unsupported(f"{plan.op}: no Triton conv kernel for this call")
@@ -127,3 +175,134 @@ def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dic
     ops = ", ".join(n.op for n in plan.epilogue.nodes)
     doc = f"EGG expert: libconv family, algorithm library-{plan.op}+fused-epilogue ({ops}; mixed policy)."
     return assemble(desc, "\n\n".join(kernels), "\n\n".join(launchers), fwd, doc)
+
+
+# -- library conv + the tail as one pass of (pixel x channel) tiles in the output's own layout --
+
+TAIL_HELPERS = '''
+def _ncp(t):
+    """(stride_n, stride_c, stride_pixel) of a (N, C, *spatial) tensor whose spatial dims collapse
+    to one pixel stride (NCHW: 1, channels-last: C), or None."""
+    st, sh = t.stride(), t.shape
+    sp = st[-1] if t.dim() > 2 else 1
+    for i in range(2, t.dim() - 1):
+        if sh[i + 1] > 1 and st[i] != st[i + 1] * sh[i + 1]:
+            return None
+    return st[0], st[1], sp
+
+
+def _tail_leaf(l, shape):
+    """(tensor, mode, sn, sc, sp): 0 = read through broadcast strides, 1 = one value per channel
+    (a (C, 1, ..., 1) operand), 2 = one element."""
+    if l.numel() == 1:
+        return l.reshape(1), 2, 0, 0, 0
+    dims = [1] * (len(shape) - l.dim()) + list(l.shape)
+    if len(dims) == len(shape) and dims[1] == shape[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
+        return l.reshape(-1).contiguous(), 1, 0, 0, 0
+    e = l.expand(shape)
+    s = _ncp(e)
+    if s is None:
+        e = e.contiguous()
+        s = _ncp(e)
+    return (e, 0) + tuple(s)
+'''
+
+
+def _tail_kernel(plan: ConvPlan) -> str:
+    leaves = plan.epilogue.tensor_leaves
+    sig = "t_ptr, out_ptr, C, P, t_sn, t_sc, t_sp"
+    for lf in leaves:
+        P = f"l_{lf.name}"
+        sig += f", {P}_ptr, {P}_sn, {P}_sc, {P}_sp"
+    sig += "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
+    sig += ", BP: tl.constexpr, BC: tl.constexpr" + "".join(
+        f", l_{lf.name}_MODE: tl.constexpr" for lf in leaves
+    )
+    L = [
+        "pp = tl.program_id(0) * BP + tl.arange(0, BP)",
+        "cc = tl.program_id(1) * BC + tl.arange(0, BC)",
+        "n = tl.program_id(2).to(tl.int64)",
+        "cm = cc < C",
+        "m = (pp < P)[:, None] & cm[None, :]",
+        # one layout-agnostic tile: coalesced along channels (channels-last) or pixels (NCHW),
+        # whichever stride is 1 (Triton specialises it)
+        "offs = n * t_sn + pp[:, None] * t_sp + cc[None, :] * t_sc",
+        "v = tl.load(t_ptr + offs, mask=m, other=0.0).to(tl.float32)",
+    ]
+    env = {plan.conv_node: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves}}
+    for lf in leaves:
+        P = f"l_{lf.name}"
+        L += [
+            f"if {P}_MODE == 0:",
+            f"    x_{lf.name} = tl.load({P}_ptr + n * {P}_sn + pp[:, None] * {P}_sp + cc[None, :] * {P}_sc, "
+            "mask=m, other=0.0).to(tl.float32)",
+            f"elif {P}_MODE == 1:",
+            f"    x_{lf.name} = tl.load({P}_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
+            "else:",
+            f"    x_{lf.name} = tl.load({P}_ptr).to(tl.float32)",
+        ]
+        env[lf.name] = f"x_{lf.name}"
+    body, last = plan.epilogue.body(env)
+    L += [*body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=m)"]
+    return "@triton.jit\ndef conv_tail_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+
+
+def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any]) -> str:
+    cl = bool(params.get("CHANNELS_LAST")) and plan.call_cl is not None
+    leaves = [f"l_{lf.name}" for lf in plan.epilogue.tensor_leaves]
+    scal = [f"l_{lf.name}" for lf in plan.epilogue.scalar_leaves]
+    block, warps = int(params["BLOCK"]), int(params["num_warps"])
+    rank = int(plan.op[-2]) + 2
+    L = [
+        f"def launch_conv_tail({', '.join(['t', *leaves, *scal])}):",
+        f"    unbatched = t.dim() == {rank - 1}",
+        "    if unbatched:",
+        "        t = t.unsqueeze(0)",
+        "    if _ncp(t) is None:",
+        "        t = t.contiguous()",
+        "    t_sn, t_sc, t_sp = _ncp(t)",
+        "    N, C = t.shape[0], t.shape[1]",
+        "    P = t[0, 0].numel() if N * C else 0",
+        "    out = torch.empty_strided(t.shape, t.stride(), device=t.device, dtype=t.dtype)",
+        "    if out.numel() == 0:",
+        "        return out.squeeze(0) if unbatched else out",
+    ]
+    args = []
+    for t in leaves:
+        L.append(f"    {t}_e, {t}_m, {t}_sn, {t}_sc, {t}_sp = _tail_leaf({t}, t.shape)")
+        args += [f"{t}_e", f"{t}_sn", f"{t}_sc", f"{t}_sp"]
+    args += [f"float({x})" for x in scal]
+    L += [
+        # the contiguous dim runs along the tile's long side
+        "    if t_sc == 1 and C > 1:",
+        "        bc = min(128, triton.next_power_of_2(C))",
+        f"        bp = max(1, {block} // bc)",
+        "    else:",
+        f"        bp = min({block}, triton.next_power_of_2(max(P, 1)))",
+        f"        bc = max(1, min({block} // bp, triton.next_power_of_2(C)))",
+        "    grid = (triton.cdiv(P, bp), triton.cdiv(C, bc), N)",
+        "    conv_tail_kernel[grid](t, out, C, P, t_sn, t_sc, t_sp"
+        + "".join(f", {a}" for a in args)
+        + ", BP=bp, BC=bc"
+        + "".join(f", l_{t[2:]}_MODE={t}_m" for t in leaves)
+        + f", num_warps={warps})",
+        "    return out.squeeze(0) if unbatched else out",
+    ]
+    call = plan.call_cl if cl else plan.call
+    fwd_args = [f"t_{plan.conv_node}", *(lf.expr for lf in plan.epilogue.tensor_leaves)]
+    fwd_args += [lf.expr for lf in plan.epilogue.scalar_leaves]
+    fwd = f"t_{plan.conv_node} = {call}\nreturn launch_conv_tail({', '.join(fwd_args)})"
+    ops = ", ".join(n.op for n in plan.epilogue.nodes)
+    layout = "channels-last" if cl else "NCHW"
+    doc = (
+        f"EGG expert: libconv family, algorithm {TILED} ({plan.op} in {layout} layout by the library, "
+        f"precision: PyTorch's default, TF32 for cuDNN convolutions; tail {ops} in one Triton pass; "
+        "mixed policy)."
+    )
+    return assemble(
+        desc,
+        ewops.HELPERS + "\n\n" + _tail_kernel(plan),
+        TAIL_HELPERS + "\n\n" + "\n".join(L) + "\n",
+        fwd,
+        doc,
+    )

@@ -1,9 +1,19 @@
 """Max / average pooling, 1D/2D/3D (kernel, stride, padding, dilation for max; count_include_pad
 for avg), with a scalar elementwise prologue/epilogue fused in. The pooled input may be a library conv (mixed
 policy; the strict policy drops "library" algorithms); the epilogue may read per-channel tensors
-(a (C, 1, ..., 1) bias) or tensors of the output's shape. One program computes BLOCK output
-elements; the window is unrolled at compile time (window sizes are module constants, not shapes).
-ceil_mode, return_indices and divisor_override are refused.
+(a (C, 1, ..., 1) bias) or tensors of the output's shape. The window is unrolled at compile time
+(window sizes are module constants, not shapes). ceil_mode, return_indices and divisor_override
+are refused.
+
+Algorithms (the seeds):
+  row-tiles      one program per tile of ROWS_OUT output rows x BLOCK_W output columns of one
+                 plane (consecutive programs walk a plane, so rows shared by two tiles stay in L2):
+                 each input row the tile needs is loaded once per window column (coalesced along
+                 W, 16-byte vectors where the shift keeps alignment), reduced across the window's
+                 width, and the output rows combine those row results (separable max / sum); no
+                 per-element index division.
+  direct-window  one program per BLOCK flat output elements, every window element loaded per
+                 output (the fallback).
 """
 
 from __future__ import annotations
@@ -139,16 +149,56 @@ def match(view: GraphView) -> PoolPlan | None:
     )
 
 
+ROWS = "row-tiles"
+
+
 def algorithms(plan: PoolPlan) -> list[str]:
-    return ["library-conv+direct-window"] if plan.conv_call else ["direct-window"]
+    if plan.conv_call:
+        return ["library-conv+row-tiles", "library-conv+direct-window"]
+    return [ROWS, "direct-window"]
 
 
 def defaults(plan: PoolPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm.endswith(ROWS):
+        # Overlapping windows (stride below the window) share input rows between the output rows
+        # of a tile: 8 rows of a 4x4 / stride-1 pool read 11 input rows, not 32.
+        overlap = plan.stride[-2] < plan.kernel[-2] * plan.dilation[-2] if plan.nd >= 2 else False
+        # 512 columns at 4 warps: 4 per thread, one 16-byte vector where a row load is aligned.
+        return {"BLOCK_W": 512, "ROWS_OUT": 8 if overlap else 2, "num_warps": 4}
     return {"BLOCK": 512, "num_warps": 4}
 
 
+def valid(plan: PoolPlan, params: dict[str, Any]) -> str | None:
+    if not params["algorithm"].endswith(ROWS):
+        return None
+    if params["BLOCK_W"] < 32 or params["ROWS_OUT"] < 1:
+        return "row tiles need BLOCK_W >= 32 and ROWS_OUT >= 1"
+    if plan.nd == 1 and params["ROWS_OUT"] != 1:
+        return "a 1-d pool has one output row"
+    rows = _input_rows(plan, params["ROWS_OUT"])
+    kd = plan.kernel[0] if plan.nd == 3 else 1
+    if len(rows) * kd * plan.kernel[-1] > 512:
+        return "the unrolled window would exceed 512 loads per tile"
+    return None
+
+
 def space(plan: PoolPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
+    if params["algorithm"].endswith(ROWS):
+        rows = [1] if plan.nd == 1 else [4, 16, 2, 1, 8]
+        return {
+            "tiling": {"BLOCK_W": [256, 1024, 128, 64], "ROWS_OUT": rows},
+            "memory": {"num_warps": [8, 2, 1]},
+        }.get(stage, {})
     return {"tiling": {"BLOCK": [1024, 256, 2048]}, "memory": {"num_warps": [8, 2]}}.get(stage, {})
+
+
+def _input_rows(plan: PoolPlan, rows_out: int) -> list[int]:
+    """Offsets (from the tile's first output row times the stride, minus the padding) of the
+    input rows a tile of `rows_out` output rows reads: each is loaded once per tile."""
+    if plan.nd == 1:
+        return [0]
+    sh, kh, dh = plan.stride[-2], plan.kernel[-2], plan.dilation[-2]
+    return sorted({r * sh + k * dh for r in range(rows_out) for k in range(kh)})
 
 
 def _pad3(v: list[int], fill: int) -> list[int]:
@@ -156,6 +206,33 @@ def _pad3(v: list[int], fill: int) -> list[int]:
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dict[str, Any]) -> str:
+    if not params["algorithm"].endswith(ROWS):
+        kernel, launch = _generic(plan, params)
+        return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
+    kernel, launch = _rows(plan, params)
+    if plan.geometry:
+        # Row tiles unroll the captured window. A module's geometry is read at run time, and when
+        # it is not the captured one (another configuration of the same module) the generic kernel,
+        # whose window is a constexpr, runs instead.
+        generic, glaunch = _generic(plan, {"BLOCK": 256, "num_warps": params["num_warps"]})
+        baked = (
+            _pad3(plan.kernel, 1),
+            _pad3(plan.stride, 1),
+            _pad3(plan.padding, 0),
+            _pad3(plan.dilation, 1),
+        )
+        kernel += "\n\n" + generic
+        launch = [
+            f"    if (k, s, p, d) == {baked!r}:",
+            *("    " + ln for ln in launch),
+            "    else:",
+            *("    " + ln for ln in glaunch),
+        ]
+    return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
+
+
+def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
+    """One program per BLOCK output elements, the window (constexprs) unrolled in the kernel."""
     KD, KH, KW = _pad3(plan.kernel, 1)
     SD, SH, SW = _pad3(plan.stride, 1)
     PD, PH, PW = _pad3(plan.padding, 0)
@@ -231,19 +308,166 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
         f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, C, D, H, W, OD, OH, OW{tens}{scal}, {consts}"
         f"{modes}):\n" + "\n".join("    " + x for x in body) + "\n"
     )
-    nd = plan.nd
-    scall = "".join(f", float(l_{lf.name})" for lf in plan.scalars)
-    sargs = "".join(f", l_{lf.name}" for lf in plan.scalars)
-    targs = "".join(f", t_{lf.name}" for lf in plan.epilogue.tensor_leaves)
-    tcall = "".join(f", t_{lf.name}_c" for lf in plan.epilogue.tensor_leaves)
-    tmodes = "".join(f", t_{lf.name}_MODE=t_{lf.name}_m" for lf in plan.epilogue.tensor_leaves)
-    tprep = "".join(
-        f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)"
-        for lf in plan.epilogue.tensor_leaves
-    )
     block = int(params["BLOCK"])
-    launcher = (
-        _EPI_MODE
+    return kernel, [
+        "    total = out.numel()",
+        f"    pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, x.shape[1], D, H, W, OD, OH, OW"
+        "{tcall}{scall},",
+        "        KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],",
+        f"        DD=d[0], DH=d[1], DW=d[2], BLOCK={block}{{tmodes}}, num_warps={int(params['num_warps'])})",
+    ]
+
+
+EPI_MODE = '''
+def _epi_mode(t, shape):
+    """0 = the output's shape, 1 = per channel (dim 1), 2 = one element."""
+    if t.numel() == 1:
+        return t.reshape(1), 2
+    dims = [1] * (len(shape) - t.dim()) + list(t.shape)
+    if dims == list(shape):
+        return t.expand(shape).contiguous(), 0
+    if len(dims) == len(shape) and dims[1] == shape[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
+        return t.reshape(-1).contiguous(), 1
+    raise ValueError(f"epilogue operand of shape {tuple(t.shape)} is neither full, per channel nor one element")
+'''
+
+
+def _rows(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
+    """One program per tile of ROWS_OUT output rows x BLOCK_W output columns of one plane: each
+    input row the tile needs is loaded once (KW shifted, coalesced loads along W, 16-byte vectors
+    where the shift is a multiple of 4) and reduced across the window's width; the output rows
+    then combine those row results. Tiles of a plane are consecutive programs, so the rows two
+    tiles share are still in L2; no per-element index division."""
+    KD, KH, KW = _pad3(plan.kernel, 1)
+    SD, SH, SW = _pad3(plan.stride, 1)
+    PD, PH, PW = _pad3(plan.padding, 0)
+    DD, DH, DW = _pad3(plan.dilation, 1)
+    R = int(params["ROWS_OUT"]) if plan.nd > 1 else 1
+    is_max = plan.op == "max"
+    fill = "-float('inf')" if is_max else "0.0"
+    comb = "tl.maximum({a}, {b})" if is_max else "{a} + {b}"
+    scal_env = {lf.name: f"l_{lf.name}_val" for lf in plan.scalars}
+    pro, plast = plan.prologue.body({plan.x.name: "v", **scal_env}, var_prefix="p_")
+    qs = _input_rows(plan, R)
+    L = [
+        "pid = tl.program_id(0)",
+        "z = pid // n_tiles",  # plane: nc * OD + od
+        "t = pid - z * n_tiles",
+        "hb = t // n_w",
+        "od = z % OD",
+        "nc = z // OD",
+        "ow = (t - hb * n_w) * BLOCK_W + tl.arange(0, BLOCK_W)",
+        "wmask = ow < OW",
+        "oh0 = hb * ROWS_OUT",
+        "x_nc = x_ptr + nc.to(tl.int64) * D * H * W",
+        f"ih0 = oh0 * {SH} - {PH}",
+        f"id0 = od * {SD} - {PD}",
+    ]
+    for kw in range(KW):
+        off = kw * DW - PW
+        # a non-negative shift needs no lower bound test (fewer ops, and an analysable mask)
+        low = f" & (iw{kw} >= 0)" if off < 0 else ""
+        L += [f"iw{kw} = ow * {SW} + {off}", f"wok{kw} = wmask{low} & (iw{kw} < W)"]
+    for kd in range(KD):
+        L += [f"idd{kd} = id0 + {kd * DD}", f"dok{kd} = (idd{kd} >= 0) & (idd{kd} < D)"]
+        for q in qs:
+            h = f"h{kd}_{q}"
+            L += [
+                f"ih = ih0 + {q}",
+                f"ok = dok{kd} & (ih >= 0) & (ih < H)",
+                f"row = x_nc + ((idd{kd} * H + ih) * W).to(tl.int64)",
+                f"{h} = tl.full([BLOCK_W], {fill}, tl.float32)",
+            ]
+            for kw in range(KW):
+                L += [
+                    f"m = wok{kw} & ok",
+                    f"v = tl.load(row + iw{kw}, mask=m, other=0.0).to(tl.float32)",
+                    *pro,
+                    f"v = tl.where(m, {plast or 'v'}, {fill})",
+                    f"{h} = {comb.format(a=h, b='v')}",
+                ]
+    if not is_max and not plan.count_include_pad:
+        L.append("cnt_w = " + " + ".join(f"tl.where(wok{kw}, 1.0, 0.0)" for kw in range(KW)))
+        L.append("cnt_d = " + " + ".join(f"tl.where(dok{kd}, 1.0, 0.0)" for kd in range(KD)))
+    eloads_tmpl = []
+    for lf in plan.epilogue.tensor_leaves:
+        P = f"t_{lf.name}"
+        eloads_tmpl += [
+            f"if {P}_MODE == 0:",
+            f"    {P}{{r}} = tl.load({P}_ptr + offs, mask=omask, other=0.0).to(tl.float32)",
+            f"elif {P}_MODE == 1:",
+            f"    {P}{{r}} = tl.load({P}_ptr + nc % C).to(tl.float32)",
+            "else:",
+            f"    {P}{{r}} = tl.load({P}_ptr).to(tl.float32)",
+        ]
+    for r in range(R):
+        terms = [f"h{kd}_{r * SH + kh * DH}" for kd in range(KD) for kh in range(KH)]
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = comb.format(a=acc, b=t)
+        L += [f"oh = oh0 + {r}", f"acc = {acc}"]
+        if is_max:
+            L.append(f"res{r} = acc")
+        elif plan.count_include_pad:
+            L.append(f"res{r} = acc / {float(KD * KH * KW)!r}")
+        else:
+            cnt_h = " + ".join(
+                f"tl.where((ih0 + {r * SH + kh * DH} >= 0) & (ih0 + {r * SH + kh * DH} < H), 1.0, 0.0)"
+                for kh in range(KH)
+            )
+            L.append(f"res{r} = acc / (cnt_w * cnt_d * ({cnt_h}))")
+        L += [
+            "offs = (z.to(tl.int64) * OH + oh) * OW + ow",
+            "omask = wmask & (oh < OH)",
+            *(ln.format(r=r) for ln in eloads_tmpl),
+        ]
+        eenv = {plan.pool_node: f"res{r}", **scal_env}
+        for lf in plan.epilogue.tensor_leaves:
+            eenv[lf.name] = f"t_{lf.name}{r}"
+        epi, elast = plan.epilogue.body(eenv, var_prefix=f"e{r}_")
+        L += [
+            *epi,
+            f"tl.store(out_ptr + offs, {elast or f'res{r}'}.to(out_ptr.dtype.element_ty), mask=omask)",
+        ]
+    tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
+    scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
+    modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
+    kernel = (
+        f"@triton.jit\ndef pool_rows_kernel(x_ptr, out_ptr, C, D, H, W, OD, OH, OW, n_w, n_tiles{tens}{scal}, "
+        f"ROWS_OUT: tl.constexpr, BLOCK_W: tl.constexpr{modes}):\n" + "\n".join("    " + x for x in L) + "\n"
+    )
+    bw = int(params["BLOCK_W"])
+    return kernel, [
+        f"    bw = min({bw}, max(32, triton.next_power_of_2(OW)))",
+        "    n_w = triton.cdiv(OW, bw)",
+        f"    n_tiles = n_w * triton.cdiv(OH, {R})",
+        "    grid = (x.shape[0] * x.shape[1] * OD * n_tiles,)",
+        "    pool_rows_kernel[grid](x, out, x.shape[1], D, H, W, OD, OH, OW, n_w, n_tiles{tcall}{scall},",
+        f"        ROWS_OUT={R}, BLOCK_W=bw{{tmodes}}, num_warps={int(params['num_warps'])})",
+    ]
+
+
+def _launcher(plan: PoolPlan, launch: list[str]) -> str:
+    """launch_pool(): output geometry and epilogue operands, then the `launch` lines (which may
+    use {tcall}, {scall} and {tmodes}: the epilogue tensors, scalars and their modes)."""
+    KD, KH, KW = _pad3(plan.kernel, 1)
+    SD, SH, SW = _pad3(plan.stride, 1)
+    PD, PH, PW = _pad3(plan.padding, 0)
+    DD, DH, DW = _pad3(plan.dilation, 1)
+    nd = plan.nd
+    leaves = plan.epilogue.tensor_leaves
+    sargs = "".join(f", l_{lf.name}" for lf in plan.scalars)
+    targs = "".join(f", t_{lf.name}" for lf in leaves)
+    fills = {
+        "tcall": "".join(f", t_{lf.name}_c" for lf in leaves),
+        "scall": "".join(f", float(l_{lf.name})" for lf in plan.scalars),
+        "tmodes": "".join(f", t_{lf.name}_MODE=t_{lf.name}_m" for lf in leaves),
+    }
+    tprep = "".join(
+        f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)" for lf in leaves
+    )
+    return (
+        EPI_MODE
         + f"""
 def launch_pool(x{targs}{sargs}, geometry=None):
     if x.dim() != {nd + 2}:
@@ -263,35 +487,23 @@ def launch_pool(x{targs}{sargs}, geometry=None):
     if min(outs) <= 0:
         raise ValueError("pooling window larger than the padded input")
     out = torch.empty(list(x.shape[:2]) + outs[{3 - nd}:], device=x.device, dtype=x.dtype)
-    total = out.numel()
-    if total == 0:
+    if out.numel() == 0:
         return out
     OD, OH, OW = outs{tprep}
-    pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, x.shape[1], D, H, W, OD, OH, OW{tcall}{scall},
-        KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],
-        DD=d[0], DH=d[1], DW=d[2], BLOCK={block}{tmodes}, num_warps={int(params["num_warps"])})
-    return out
 """
+        + "\n".join(ln.format(**fills) for ln in launch)
+        + "\n    return out\n"
     )
+
+
+def _assemble(
+    desc: TaskDescription, plan: PoolPlan, params: dict[str, Any], kernel: str, launcher: str
+) -> str:
     call = [plan.x.expr] + [lf.expr for lf in plan.epilogue.tensor_leaves] + [lf.expr for lf in plan.scalars]
     if plan.geometry:
         call.append(f"geometry={plan.geometry}")
-    doc = f"EGG expert: pooling family ({plan.op}_pool{nd}d), algorithm {params['algorithm']}."
+    doc = f"EGG expert: pooling family ({plan.op}_pool{plan.nd}d), algorithm {params['algorithm']}."
     fwd = f"return launch_pool({', '.join(call)})"
     if plan.conv_call:
         fwd = f"t_conv = {plan.conv_call}\n" + fwd
     return assemble(desc, ewops.HELPERS + "\n\n" + kernel, launcher, fwd, doc)
-
-
-_EPI_MODE = '''
-def _epi_mode(t, shape):
-    """0 = the output's shape, 1 = per channel (dim 1), 2 = one element."""
-    if t.numel() == 1:
-        return t.reshape(1), 2
-    dims = [1] * (len(shape) - t.dim()) + list(t.shape)
-    if dims == list(shape):
-        return t.expand(shape).contiguous(), 0
-    if len(dims) == len(shape) and dims[1] == shape[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
-        return t.reshape(-1).contiguous(), 1
-    raise ValueError(f"pooling epilogue operand of shape {tuple(t.shape)} does not broadcast per channel")
-'''

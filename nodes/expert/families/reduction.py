@@ -184,9 +184,17 @@ def match(view: GraphView) -> RedPlan | None:
     return plan
 
 
+SMS = 132  # an H200's SMs: shapes are sized against it (the launchers read the real count)
+
+
 def algorithms(plan: RedPlan) -> list[str]:
     if plan.inner > 1:
-        return ["columns"]
+        if plan.op not in SPLITTABLE:
+            return ["columns"]
+        # One program per 128 columns: few column blocks over long columns (a sum over dim 0 of
+        # an 8192 x 8192 matrix is 64 programs) leave most SMs idle unless R is split too.
+        few = plan.outer * -(-plan.inner // 128) < 2 * SMS and plan.rlen >= 1024
+        return ["split-columns", "columns"] if few else ["columns", "split-columns"]
     if plan.op in SPLITTABLE:
         # Few long rows (e.g. a loss to a scalar) need the split to use more than a few SMs.
         return ["split-row", "one-pass"] if plan.outer < 1024 else ["one-pass", "split-row"]
@@ -194,7 +202,10 @@ def algorithms(plan: RedPlan) -> list[str]:
 
 
 def defaults(plan: RedPlan, algorithm: str) -> dict[str, Any]:
-    return {"BLOCK_N": 2048 if plan.inner == 1 else 1024, "num_warps": 8, "ROWS": 1}
+    out = {"BLOCK_N": 2048 if plan.inner == 1 else 1024, "num_warps": 8, "ROWS": 1}
+    if algorithm.startswith("split-"):
+        out["PROGS_PER_SM"] = 4  # the split aims at 4 programs per SM
+    return out
 
 
 def valid(plan: RedPlan, params: dict[str, Any]) -> str | None:
@@ -206,6 +217,10 @@ def valid(plan: RedPlan, params: dict[str, Any]) -> str | None:
 def space(plan: RedPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     sp = dict(sp)
     sp.pop("ROWS", None)
+    if params["algorithm"].startswith("split-") and stage == "mapping":
+        sp["PROGS_PER_SM"] = [8, 2, 16]
+    if plan.inner > 1:
+        sp.pop("BLOCK_N", None)  # the column kernel sizes its own tiles
     return sp
 
 
@@ -361,12 +376,16 @@ def _col_kernel(plan: RedPlan) -> str:
         "cmask = ci < inner",
         "rr = tl.arange(0, BLOCK_R)",
         "base = o * R * inner",
+        # this program's run of the reduced dim (all of it unless the columns are split)
+        "c = tl.program_id(1)",
+        "r_lo = c * chunk",
+        "r_hi = tl.minimum(R, r_lo + chunk)",
     ]
     vals, v = _value_lines(plan, "base + r[:, None] * inner + ci[None, :]", "mask")
     head = [
-        "for start in range(0, R, BLOCK_R):",
+        "for start in range(r_lo, r_hi, BLOCK_R):",
         "    r = start + rr",
-        "    mask = (r < R)[:, None] & cmask[None, :]",
+        "    mask = (r < r_hi)[:, None] & cmask[None, :]",
     ]
     store_idx = "o * inner + ci"
     if op in ("argmax", "argmin"):
@@ -415,23 +434,55 @@ def _col_kernel(plan: RedPlan) -> str:
             f"    v = tl.where(mask, {v}, {ident})",
             "    acc = " + comb.format(a="acc", b="v"),
             "res = " + red.format(a="acc", ax=0),
-            f"rf = {_final_value(plan, 'res', 'R')}",
-            *epi,
-            f"tl.store(out_ptr + {store_idx}, {last}.to(out_ptr.dtype.element_ty), mask=cmask)",
+            "if FINAL:",
+            f"    rf = {_final_value(plan, 'res', 'R')}",
+            *["    " + x for x in epi],
+            f"    tl.store(out_ptr + {store_idx}, {last}.to(out_ptr.dtype.element_ty), mask=cmask)",
+            "else:",
+            f"    tl.store(part_ptr + c * n_out + {store_idx}, res, mask=cmask)",
         ]
-    sig = f"{tens}out_ptr, R, inner, div{scal}, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr"
+    sig = (
+        f"{tens}out_ptr, part_ptr, R, inner, chunk, n_out, div{scal}, BLOCK_R: tl.constexpr, "
+        "BLOCK_I: tl.constexpr, FINAL: tl.constexpr"
+    )
     return "@triton.jit\ndef red_col_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+
+
+def _col_final_kernel(plan: RedPlan) -> str:
+    """Second stage of split-columns: combine each output's chunk partials, then the epilogue."""
+    kind = "sum" if plan.op in ("mean", "batchmean") else plan.op
+    if kind not in _COMB:
+        return ""
+    ident, comb, _ = _COMB[kind]
+    _, scal = _leaf_sig(plan)
+    epi, last = _epi(plan, "rf")
+    L = [
+        "offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        "mask = offs < n_out",
+        f"acc = tl.full([BLOCK], {ident}, tl.float32)",
+        "for c in range(0, n_chunks):",
+        f"    p = tl.load(part_ptr + c * n_out + offs, mask=mask, other={ident})",
+        "    acc = " + comb.format(a="acc", b="p"),
+        f"rf = {_final_value(plan, 'acc', 'R')}",
+        *epi,
+        f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+    sig = f"part_ptr, out_ptr, n_chunks, n_out, div{scal}, BLOCK: tl.constexpr"
+    return "@triton.jit\ndef red_col_final_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict[str, Any]) -> str:
     algo = params["algorithm"]
     block = int(params.get("BLOCK_N", 2048))
     warps = int(params["num_warps"])
-    kernels = [ewops.HELPERS, HELPERS, _row_kernel(plan), _col_kernel(plan)]
-    fin = _final_kernel(plan)
-    if fin:
-        kernels.append(fin)
     leaves = [f"l_{lf.name}" for lf in plan.prologue.tensor_leaves]
+    leaves0 = leaves[0]
+    kernels = [ewops.HELPERS, HELPERS, _row_kernel(plan), _col_kernel(plan)]
+    for fin in (_final_kernel(plan), _col_final_kernel(plan)):
+        if fin:
+            kernels.append(fin)
+    per_sm = int(params.get("PROGS_PER_SM", 4))
+    sms = f"torch.cuda.get_device_properties({leaves0}.device).multi_processor_count if {leaves0}.is_cuda else 4"
     scal = [f"l_{lf.name}" for lf in _scalars(plan)]
     first = leaves[0]
     out_dtype = "torch.int64" if plan.op in ("argmax", "argmin") else f"{first}.dtype"
@@ -470,15 +521,32 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
         "    if inner > 1:",
         "        block_i = min(128, triton.next_power_of_2(inner))",
         "        block_r = max(1, min(64, 4096 // block_i))",
-        f"        red_col_kernel[(outer * triton.cdiv(inner, block_i),)]({', '.join(leaves)}, out, R, inner, div{scall}, "
-        "BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
+        "        cols = outer * triton.cdiv(inner, block_i)",
+        (
+            # split the reduced dim too until the SMs are busy, each run at least 8 tiles long
+            f"        n_chunks = max(1, min(triton.cdiv(({sms}) * {per_sm}, cols), triton.cdiv(R, 8 * block_r), 4096))"
+            if algo == "split-columns" and plan.op in SPLITTABLE
+            else "        n_chunks = 1"
+        ),
+        "        chunk = triton.cdiv(triton.cdiv(R, n_chunks), block_r) * block_r",
+        "        n_chunks = triton.cdiv(R, chunk)",
+        "        n_out = outer * inner",
+        "        if n_chunks == 1:",
+        f"            red_col_kernel[(cols, 1)]({', '.join(leaves)}, out, out, R, inner, chunk, n_out, div{scall}, "
+        "BLOCK_R=block_r, BLOCK_I=block_i, FINAL=True, num_warps=4)",
+        "            return out",
+        f"        part = torch.empty((n_chunks, n_out), device={first}.device, dtype=torch.float32)",
+        f"        red_col_kernel[(cols, n_chunks)]({', '.join(leaves)}, out, part, R, inner, chunk, n_out, div{scall}, "
+        "BLOCK_R=block_r, BLOCK_I=block_i, FINAL=False, num_warps=4)",
+        f"        red_col_final_kernel[(triton.cdiv(n_out, 1024),)](part, out, n_chunks, n_out, div{scall}, "
+        "BLOCK=1024, num_warps=4)",
         "        return out",
         f"    block = min({block}, triton.next_power_of_2(R))",
     ]
     if algo == "split-row" and plan.op in SPLITTABLE:
         L += [
-            # Enough programs for ~4 waves over 132 SMs, each chunk at least 4 blocks long.
-            "    n_chunks = max(1, min(triton.cdiv(R, 4 * block), triton.cdiv(528, outer)))",
+            # PROGS_PER_SM programs per SM, each chunk at least 4 blocks long.
+            f"    n_chunks = max(1, min(triton.cdiv(R, 4 * block), triton.cdiv(({sms}) * {per_sm}, outer)))",
         ]
     else:
         L += ["    n_chunks = 1"]

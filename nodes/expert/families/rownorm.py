@@ -41,6 +41,10 @@ class DNode:
     expr: Callable[[dict[str, str]], str] | None = None  # ew: env -> expression
     red: str = ""  # red: sum | amax | amin (mean = sum then an ew divide)
     level: int = 0
+    # For the sum of squared deviations of a value from its own mean: (value, its sum node).
+    # The split-row algorithm computes it in the same pass as that sum (shifted sums per chunk,
+    # chunks combined with Chan's formula) instead of a pass of its own after the mean.
+    welford: tuple[str, str] | None = None
 
 
 @dataclass
@@ -119,10 +123,12 @@ class _Builder:
 
     def centered_sq(self, src: str) -> tuple[str, str]:
         """(mean, sum of squared deviations) of src: two levels, numerically stable."""
-        mu = self.mean(self.fresh("mu"), src)
+        s = self.red(self.fresh("sum"), src, "sum")
+        mu = self.ew(self.fresh("mu"), [s], lambda e, s=s: f"{e[s]} / R")
         d = self.ew(self.fresh("dev"), [src, mu], lambda e, a=src, m=mu: f"({e[a]} - {e[m]})")
         d2 = self.ew(self.fresh("dev2"), [d], lambda e, d=d: f"{e[d]} * {e[d]}")
         ss = self.red(self.fresh("ss"), d2, "sum")
+        self.nodes[-1].welford = (src, s)
         return mu, ss
 
 
@@ -283,11 +289,38 @@ def match(view: GraphView) -> RowPlan | None:
     )
 
 
+SPLIT = "split-row"
+# Rows at least this long, and fewer rows than this many programs, make one program per row
+# leave most of the GPU idle (an H200 has 132 SMs): the split-row algorithm goes first.
+SPLIT_MIN_R = 16384
+SPLIT_MAX_ROWS = 512
+
+
+def rows_and_length(plan: RowPlan) -> tuple[int, int]:
+    shape = list(plan.x_leaf.shape or [])
+    hi = len(shape) - plan.n_after
+    lo = hi - plan.ndims_reduced
+    r = 1
+    for d in shape[lo:hi]:
+        r *= int(d)
+    rows = 1
+    for i, d in enumerate(shape):
+        if not lo <= i < hi:
+            rows *= int(d)
+    return rows, r
+
+
 def algorithms(plan: RowPlan) -> list[str]:
-    return ["whole-row", "multi-pass"]
+    rows, r = rows_and_length(plan)
+    if r >= SPLIT_MIN_R and rows < SPLIT_MAX_ROWS and plan.n_after == 0:
+        return [SPLIT, "multi-pass", "whole-row"]
+    return ["whole-row", "multi-pass", SPLIT]
 
 
 def defaults(plan: RowPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm == SPLIT:
+        # 8 programs per SM keep enough 16-byte loads in flight to reach the bandwidth roof.
+        return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8}
     return {"BLOCK_N": 4096, "num_warps": 8}
 
 
@@ -296,6 +329,8 @@ def space(plan: RowPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
     sp.pop("ROWS", None)
     if params["algorithm"] == "whole-row":
         sp.pop("BLOCK_N", None)
+    if params["algorithm"] == SPLIT and stage == "mapping":
+        sp["PROGS_PER_SM"] = [4, 16, 2, 32]
     return sp
 
 
@@ -421,6 +456,188 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
     )
 
 
+# -- split-row: each row split into chunks over many programs --------------------------------
+
+
+def pass_levels(plan: RowPlan) -> dict[str, int]:
+    """Pass (1-based) in which each reduction's chunk partials are computed; ew values get the
+    pass after which they are available. A sum of squared deviations shares its mean's pass."""
+    lv: dict[str, int] = {}
+    for d in plan.nodes:
+        if d.kind == "red" and d.welford is not None:
+            lv[d.name] = lv.get(d.welford[0], 0) + 1
+        else:
+            base = max((lv.get(x, 0) for x in d.deps), default=0)
+            lv[d.name] = base + 1 if d.kind == "red" else base
+    return lv
+
+
+_SPLIT_HEAD = [
+    "row = tl.program_id(0).to(tl.int64)",
+    "base = (row // inner) * R * inner + row % inner",
+    "sid = tl.program_id(1)",
+    "lo = sid * CH",
+    "hi = tl.minimum(R, lo + CH)",
+    "cols0 = tl.arange(0, BLOCK_N)",
+]
+
+
+def _ws(j: int, k: str) -> str:
+    return f"ws_ptr + ({j} * rows + row) * NSPLIT + {k}"
+
+
+def _combine(done: list[DNode], idx: dict[str, int]) -> tuple[list[str], dict[str, str]]:
+    """Lines folding every finished reduction's chunk partials into one value per row."""
+    if not done:
+        return [], {}
+    L = ["kk = tl.arange(0, SPLIT_BLOCK)", "kmask = kk < NSPLIT"]
+    env: dict[str, str] = {}
+    for r in done:
+        if r.welford is None:
+            j = idx[r.name]
+            L.append(f"p_{r.name} = tl.load({_ws(j, 'kk')}, mask=kmask, other={_IDENT[r.red]})")
+            L.append(f"s_{r.name} = {_RED_FN[r.red]}(p_{r.name}, 0)")
+            env[r.name] = f"s_{r.name}"
+    wel = [r for r in done if r.welford is not None]
+    if wel:
+        # Chan et al.: M2 = sum_k M2_k + n_k * (mean_k - mean)^2 over the chunks k.
+        L.append("n_k = tl.where(kmask, tl.minimum(CH, R - kk * CH), 1).to(tl.float32)")
+    for r in wel:
+        assert r.welford is not None
+        pair = r.welford[1]
+        j = idx[r.name]
+        L += [
+            f"p_{r.name} = tl.load({_ws(j, 'kk')}, mask=kmask, other=0.0)",
+            f"dm_{r.name} = p_{pair} / n_k - s_{pair} / R",
+            f"s_{r.name} = tl.sum(tl.where(kmask, p_{r.name} + n_k * dm_{r.name} * dm_{r.name}, 0.0), 0)",
+        ]
+        env[r.name] = f"s_{r.name}"
+    return L, env
+
+
+def _values(plan: RowPlan, targets: list[str], stats: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Loads at `cols`/`mask` and the ew values needed for `targets`."""
+    loads, env = _loads(plan, "cols", "mask")
+    env.update(stats)
+    lines = list(loads)
+    for d in _needed(plan, targets):
+        assert d.expr is not None
+        lines.append(f"v_{d.name} = {d.expr(env)}")
+        env[d.name] = f"v_{d.name}"
+    return lines, env
+
+
+def _split_pass_kernel(plan: RowPlan, sig: str, p: int, lv: dict[str, int], idx: dict[str, int]) -> str:
+    reds = [d for d in plan.nodes if d.kind == "red"]
+    cur = [d for d in reds if lv[d.name] == p]
+    wel = [d for d in cur if d.welford is not None]
+    pairs = {d.welford[1] for d in wel if d.welford is not None}
+    plain = [d for d in cur if d.welford is None and d.name not in pairs]
+    cl, stats = _combine([d for d in reds if lv[d.name] < p], idx)
+    L = [*_SPLIT_HEAD, *cl]
+    for r in plain:
+        L.append(f"acc_{r.name} = tl.full([BLOCK_N], {_IDENT[r.red]}, tl.float32)")
+    srcs = [w.welford[0] for w in wel if w.welford is not None]
+    if wel:
+        # Shift by the mean of the chunk's first tile: sums of (v - c) and (v - c)^2 then do
+        # not cancel catastrophically when the values sit far from zero.
+        first, env = _values(plan, srcs, stats)
+        L += [
+            "cols = lo + cols0",
+            "mask = cols < hi",
+            *first,
+            "n0 = tl.minimum(hi - lo, BLOCK_N).to(tl.float32)",
+        ]
+        for w in wel:
+            assert w.welford is not None
+            L += [
+                f"c_{w.name} = tl.sum(tl.where(mask, {env[w.welford[0]]}, 0.0), 0) / n0",
+                f"a1_{w.name} = tl.zeros([BLOCK_N], dtype=tl.float32)",
+                f"a2_{w.name} = tl.zeros([BLOCK_N], dtype=tl.float32)",
+            ]
+    body, env = _values(plan, [r.deps[0] for r in plain] + srcs, stats)
+    body = ["cols = start + cols0", "mask = cols < hi", *body]
+    for r in plain:
+        comb = _COMBINE[r.red].format(
+            a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
+        )
+        body.append(f"acc_{r.name} = {comb}")
+    for w in wel:
+        assert w.welford is not None
+        body += [
+            f"d_{w.name} = tl.where(mask, {env[w.welford[0]]} - c_{w.name}, 0.0)",
+            f"a1_{w.name} += d_{w.name}",
+            f"a2_{w.name} += d_{w.name} * d_{w.name}",
+        ]
+    L.append("for start in range(lo, hi, BLOCK_N):")
+    L += ["    " + x for x in body]
+    for r in plain:
+        L.append(f"tl.store({_ws(idx[r.name], 'sid')}, {_RED_FN[r.red]}(acc_{r.name}, 0))")
+    if wel:
+        L.append("n_c = (hi - lo).to(tl.float32)")
+    for w in wel:
+        assert w.welford is not None
+        pair = w.welford[1]
+        L += [
+            f"s1_{w.name} = tl.sum(a1_{w.name}, 0)",
+            f"s2_{w.name} = tl.sum(a2_{w.name}, 0)",
+            f"tl.store({_ws(idx[pair], 'sid')}, s1_{w.name} + n_c * c_{w.name})",
+            f"tl.store({_ws(idx[w.name], 'sid')}, tl.maximum(s2_{w.name} - s1_{w.name} * s1_{w.name} / n_c, 0.0))",
+        ]
+    return _split_def(f"rn_split_pass{p}_kernel", sig, L)
+
+
+def _split_out_kernel(plan: RowPlan, sig: str, idx: dict[str, int]) -> str:
+    cl, stats = _combine([d for d in plan.nodes if d.kind == "red"], idx)
+    body, env = _values(plan, [plan.out], stats)
+    body = ["cols = start + cols0", "mask = cols < hi", *body]
+    body.append(
+        f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
+    )
+    L = [*_SPLIT_HEAD, *cl, "for start in range(lo, hi, BLOCK_N):", *("    " + x for x in body)]
+    return _split_def("rn_split_out_kernel", sig, L)
+
+
+def _split_def(name: str, sig: str, lines: list[str]) -> str:
+    return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + x for x in lines) + "\n"
+
+
+def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> tuple[list[str], list[str]]:
+    """(kernel sources, launcher lines) of the split-row algorithm."""
+    lv = pass_levels(plan)
+    reds = [d for d in plan.nodes if d.kind == "red"]
+    idx = {d.name: j for j, d in enumerate(reds)}
+    passes = max(lv[d.name] for d in reds)
+    parts = [f"l_{lf.name}_ptr" for lf in plan.leaves] + ["out_ptr", "R", "inner"]
+    parts += [f"l_{lf.name}_val" for lf in plan.scalars]
+    parts += ["ws_ptr", "rows", "CH", "NSPLIT"]
+    parts += [f"l_{lf.name}_MODE: tl.constexpr" for lf in plan.leaves]
+    parts += ["SPLIT_BLOCK: tl.constexpr", "BLOCK_N: tl.constexpr"]
+    sig = ", ".join(parts)
+    kernels = [_split_pass_kernel(plan, sig, p, lv, idx) for p in range(1, passes + 1)]
+    kernels.append(_split_out_kernel(plan, sig, idx))
+    block, warps, per_sm = (
+        int(params["BLOCK_N"]),
+        int(params["num_warps"]),
+        int(params.get("PROGS_PER_SM", 8)),
+    )
+    L = [
+        "    sms = torch.cuda.get_device_properties(out.device).multi_processor_count if out.is_cuda else 4",
+        f"    block = min({block}, triton.next_power_of_2(R))",
+        # chunks: enough programs for every SM, each chunk a whole number of tiles (ragged tail last)
+        f"    split = max(1, min(triton.cdiv(sms * {per_sm}, rows), triton.cdiv(R, block), 4096))",
+        "    ch = triton.cdiv(triton.cdiv(R, split), block) * block",
+        "    split = triton.cdiv(R, ch)",
+        f"    ws = torch.empty(({len(reds)}, rows, split), device=out.device, dtype=torch.float32)",
+        "    sb = triton.next_power_of_2(split)",
+    ]
+    tail = f"ws, rows, ch, split, {kw}SPLIT_BLOCK=sb, BLOCK_N=block, num_warps={warps})"
+    for p in range(1, passes + 1):
+        L.append(f"    rn_split_pass{p}_kernel[(rows, split)]({args}, {tail}")
+    L += [f"    rn_split_out_kernel[(rows, split)]({args}, {tail}", "    return out"]
+    return kernels, L
+
+
 _MODE_HELPER = '''
 def _row_mode(t, shape, lo, hi):
     """0 = full, 1 = per-column (varies only over the normalised dims [lo, hi)), 2 = per-row
@@ -447,7 +664,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
     parts += [f"l_{lf.name}_val" for lf in plan.scalars]
     parts += [f"l_{lf.name}_MODE: tl.constexpr" for lf in plan.leaves]
     sig = ", ".join(parts)
-    kernels = [ewops.HELPERS, _multi_pass_kernel(plan, sig)]
+    kernels = [ewops.HELPERS]
+    if algo != SPLIT:
+        kernels.append(_multi_pass_kernel(plan, sig))
     if algo == "whole-row":
         kernels.append(_whole_row_kernel(plan, sig))
     tens = [f"l_{lf.name}" for lf in plan.leaves]
@@ -488,12 +707,17 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
             f"        rn_whole_row_kernel[(rows,)]({args}, {kw}BLOCK_N=block, num_warps=warps)",
             "        return out",
         ]
-    block = int(params.get("BLOCK_N", 4096))
-    L += [
-        f"    rn_multi_pass_kernel[(rows,)]({args}, {kw}BLOCK_N=min({block}, triton.next_power_of_2(R)), "
-        f"num_warps={warps})",
-        "    return out",
-    ]
+    if algo == SPLIT:
+        split_kernels, split_lines = _split_launch(plan, params, args, kw)
+        kernels += split_kernels
+        L += split_lines
+    else:
+        block = int(params.get("BLOCK_N", 4096))
+        L += [
+            f"    rn_multi_pass_kernel[(rows,)]({args}, {kw}BLOCK_N=min({block}, triton.next_power_of_2(R)), "
+            f"num_warps={warps})",
+            "    return out",
+        ]
     fwd_args = [lf.expr for lf in plan.leaves + plan.scalars]
     doc = f"EGG expert: rownorm family ({', '.join(sorted(set(plan.ops)))}), algorithm {algo}."
     return assemble(

@@ -1,0 +1,24 @@
+# family: matmul
+# kind: single-op
+# Matrix-vector product (1536, 1000003) @ (1000003, 1): few rows, a huge odd K (memory-bound).
+import torch
+import torch.nn as nn
+
+M = 1536
+K = 1000003
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, v)
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, 1)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,424 @@
+"""The algorithms a kernel engineer picks for the shapes where one program per row / tile loses
+(issue 13): each is verified through the real sandbox (Toolbox.describe -> the expert's seed for
+that algorithm -> Toolbox.compile for sm_90 -> Toolbox.check: random trials, the x3 scaled trial
+and a second shape) at small, odd CPU sizes, and is the first seed at the GPU shapes it is for."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from expert_helpers import ROOT, stage
+
+from graph.records import TaskSpec
+from nodes.expert import ExpertCode
+from nodes.expert.code import plan_for
+from nodes.models import CodeReply, CodeRequest
+
+toolbox = pytest.importorskip("tools.toolbox")
+
+SUITE = ROOT / "evals" / "suites" / "egg"
+
+# case -> (suite task, CPU sizes: odd and non-power-of-two, family, algorithm under test)
+ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
+    # 5 chunks per row, the last one ragged; values far from zero (shifted sums must not cancel)
+    "ln_long_split": (
+        "nm10_layernorm_long_rows.py",
+        {"B": 3, "C": 5, "H": 61, "W": 67},
+        "rownorm",
+        "split-row",
+    ),
+    # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
+    "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
+    # M == 1 (one-token linear): the weight is the matrix, bias + SiLU in the reduce kernel
+    "gemv_linear_rows": (
+        "ge05_linear_gemv_silu.py",
+        {"IN_F": 1000, "OUT_F": 333},
+        "gemm",
+        "gemv-splitk",
+    ),
+    # batched, the matrix transposed (its lines are the contiguous dim), broadcast residual
+    "gemv_bmm_transposed": ("GEMV_T", {}, "gemm", "gemv-splitk"),
+    # ragged M, N, K; K-major zero-padded operand copies (what the GPU shape gets by default)
+    "mm_ragged_kmajor": ("mm10_matmul_ragged.py", {"M": 67, "K": 45, "N": 71}, "gemm", "tiled"),
+    # A stored transposed: the K-major copy transposes it
+    "mm_ta_kmajor": ("mm04_transposed_a.py", {"M": 40, "K": 37, "N": 29}, "gemm", "tiled"),
+    # persistent grid over the tiles of every batch, ragged N
+    "bmm_persistent": (
+        "mm11_bmm_ragged.py",
+        {"BATCH": 3, "M": 37, "K": 53, "N": 41},
+        "gemm",
+        "tiled-persistent",
+    ),
+    # K split at launch into chunks (the last one ragged), partials reduced in a second kernel
+    "large_k_splitk": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
+    # 4x4 windows, stride 1, padding 1: 8 output rows per tile share 11 input rows
+    "maxpool_rows": (
+        "pl06_maxpool2d_overlap.py",
+        {"B": 2, "C": 3, "H": 37, "W": 45},
+        "pooling",
+        "row-tiles",
+    ),
+    # 3-d average without the padding in the count: separable valid counts, a plane loop
+    "avgpool3d_rows": ("AVGPOOL3D", {}, "pooling", "row-tiles"),
+    # ragged planes (9 x 11): several channels per statistics tile, masked pixel tails
+    "bn_tiles_ragged": (
+        "nm11_batchnorm2d_ragged.py",
+        {"B": 3, "C": 5, "H": 9, "W": 11},
+        "batchnorm",
+        "channel-tiles",
+    ),
+    # a library 1x1 conv, then BN statistics and the normalise + ReLU tile pass (mixed policy)
+    "conv_bn_tiles": (
+        "cv06_pointwise_conv_bn_relu.py",
+        {"B": 2, "C_IN": 5, "C_OUT": 6, "H": 7, "W": 9},
+        "batchnorm",
+        "library-conv+channel-tiles",
+    ),
+    # cuDNN in channels-last (TF32 by PyTorch's default), ReLU + per-channel bias in one tile pass
+    "conv_tail_cl": (
+        "cv07_conv2d_relu_bias_ragged.py",
+        {"B": 2, "C_IN": 3, "C_OUT": 5, "H": 9, "W": 11},
+        "libconv",
+        "library-conv+tile-epilogue",
+    ),
+    # the same tail pass over a transposed conv's NCHW output (the layout is a tunable)
+    "convt_tail_nchw": (
+        "cv08_conv_transpose2d_mish_tail.py",
+        {"B": 2, "C_IN": 3, "C_OUT": 5, "H": 9, "W": 8},
+        "libconv",
+        "library-conv+tile-epilogue",
+    ),
+    # columns split along the reduced dim too (4 runs of 512 rows, the last ragged), then combined
+    "colmean_split": ("rd08_mean_dim0_tall.py", {"ROWS": 2000, "COLS": 45}, "reduction", "split-columns"),
+    # Triton implicit-GEMM conv3d, first seed: TF32, channels-last input and output
+    "conv3d_tf32_cl": (
+        "cv04_conv3d.py",
+        {"B": 2, "C_IN": 16, "C_OUT": 9, "D": 5, "H": 6, "W": 8},
+        "conv",
+        "implicit-gemm",
+    ),
+}
+
+# Parameters set over the seed's defaults (what the tuning stages may choose at GPU shapes).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "mm_ragged_kmajor": {"KMAJOR": True},
+    # small tiles keep the interpreter quick (the tuning space's smallest is 64: 2 stages here)
+    "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_stages": 2},
+    "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 2},
+    "avgpool3d_rows": {"ROWS_OUT": 3, "BLOCK_W": 32},
+    "convt_tail_nchw": {"CHANNELS_LAST": False},
+}
+
+# Tasks not in the suite, as sources.
+INLINE = {
+    "GEMV_T": """
+import torch
+import torch.nn as nn
+
+B = 3
+M = 45
+K = 1003
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, v, w):
+        return torch.tanh(torch.bmm(a.transpose(1, 2), v)) + w
+
+
+def get_inputs():
+    return [torch.randn(B, K, M), torch.randn(B, K, 1), torch.randn(B, M, 1)]
+
+
+def get_init_inputs():
+    return []
+""",
+    "AVGPOOL3D": """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N = 1
+C = 2
+D = 4
+H = 7
+W = 9
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.avg_pool3d(x, (2, 3, 3), stride=(1, 1, 2), padding=(1, 1, 1), count_include_pad=False) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(N, C, D, H, W)]
+
+
+def get_init_inputs():
+    return []
+""",
+}
+
+
+def _task(case: str) -> TaskSpec:
+    fname, sizes, _, _ = ALGO_CASES[case]
+    if fname in INLINE:
+        return TaskSpec(path=f"{case}.py", name=case, source=INLINE[fname], size_overrides=sizes)
+    p = SUITE / fname
+    return TaskSpec(path=str(p), name=fname[:-3], source=p.read_text(), size_overrides=sizes)
+
+
+def _seed_for(task: TaskSpec, desc: Any, algorithm: str) -> CodeReply:
+    code = ExpertCode()
+    seen = []
+    for i in range(12):
+        r = code.write(
+            CodeRequest(mode="seed", stage=stage(), task=task, desc=desc, seed_index=i, n_seeds=12)
+        )
+        if r.source is None:
+            break
+        if r.algorithm == algorithm:
+            return r
+        seen.append(r.algorithm)
+    raise AssertionError(f"no {algorithm} seed among {seen}")
+
+
+def _selected(request) -> list[str]:
+    """The cases the selected tests of this module use (all of them unless -k narrows it)."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module is request.module and "case" in params:
+            wanted.add(params["case"])
+    return [c for c in ALGO_CASES if c in wanted]
+
+
+class _Descriptions(dict):
+    """case -> TaskDescription, described (one sandbox run) the first time a test asks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tb = toolbox.Toolbox()
+
+    def __missing__(self, case: str) -> Any:
+        self[case] = self.tb.describe(_task(case), shrink=False)
+        return self[case]
+
+
+@pytest.fixture(scope="module")
+def descs() -> dict[str, Any]:
+    return _Descriptions()
+
+
+@pytest.fixture(scope="module")
+def results(request, descs) -> dict[str, dict[str, Any]]:
+    tb = toolbox.Toolbox()
+    out: dict[str, dict[str, Any]] = {}
+    for case in _selected(request):
+        task = _task(case)
+        desc = descs[case]
+        reply = _seed_for(task, desc, ALGO_CASES[case][3])
+        if case in OVERRIDES:
+            unit = plan_for(desc).units[0]
+            fam, view, plan = unit.fam, unit.view, unit.plan
+            params = dict(reply.params, **OVERRIDES[case])
+            assert fam.valid(plan, params) is None, fam.valid(plan, params)
+            reply = reply.model_copy(
+                update={"source": fam.generate(desc, view, plan, params), "params": params}
+            )
+        out[case] = {"task": task, "desc": desc, "reply": reply}
+
+    def one(case: str):
+        r = out[case]
+        policy = "mixed" if r["reply"].algorithm.startswith("library") else "strict"
+        return (
+            case,
+            tb.compile(r["task"], r["reply"].source),
+            tb.check(r["task"], r["reply"].source, policy=policy),
+        )
+
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        for case, comp, chk in ex.map(one, list(out)):
+            out[case]["compiled"], out[case]["checked"] = comp, chk
+    return out
+
+
+@pytest.mark.parametrize("case", list(ALGO_CASES))
+def test_algorithm_accepted_by_checker(case, results):
+    r = results[case]
+    assert r["reply"].family == ALGO_CASES[case][2]
+    chk = r["checked"]
+    assert chk.accepted, f"{case}: {chk.reasons}"
+    assert chk.trials >= 5  # 3 random, the x3 scaled trial and a second shape
+
+
+@pytest.mark.parametrize("case", list(ALGO_CASES))
+def test_algorithm_compiles_for_sm90(case, results):
+    comp = results[case]["compiled"]
+    assert comp.ok, f"{case}: {comp.error}"
+    assert comp.kernels and all(k.spills in (0, None) for k in comp.kernels), comp.kernels
+
+
+def _plan(descs, case: str):
+    unit = plan_for(descs[case]).units[0]
+    return unit.fam, unit.plan
+
+
+def _reply(descs, case: str) -> CodeReply:
+    return _seed_for(_task(case), descs[case], ALGO_CASES[case][3])
+
+
+def test_rownorm_split_row_first_for_few_long_rows(descs):
+    fam, plan = _plan(descs, "ln_long_split")
+    leaf = plan.x_leaf
+    few_long = dataclasses.replace(plan, x_leaf=dataclasses.replace(leaf, shape=[16, 64, 256, 256]))
+    many_short = dataclasses.replace(plan, x_leaf=dataclasses.replace(leaf, shape=[16384, 4, 32, 32]))
+    assert fam.algorithms(few_long)[0] == "split-row"
+    assert fam.algorithms(many_short)[0] == "whole-row"
+    assert "split-row" in fam.algorithms(many_short)
+    src = _reply(descs, "ln_long_split").source
+    # LayerNorm: the variance comes out of the mean's pass (two kernels, not three)
+    assert "def rn_split_pass1_kernel(" in src and "rn_split_pass2_kernel" not in src
+
+
+def test_gemv_first_for_a_vector_operand(descs):
+    fam, plan = _plan(descs, "gemv_long_k")
+    assert fam.algorithms(dataclasses.replace(plan, m=2048, n=1, k=1048576))[0] == "gemv-splitk"
+    assert fam.algorithms(dataclasses.replace(plan, m=1, n=11008, k=4096))[0] == "gemv-splitk"
+    assert "gemv-splitk" not in fam.algorithms(dataclasses.replace(plan, m=4096, n=4096, k=4096))
+    r = _reply(descs, "gemv_long_k")
+    assert r.params["PRECISION"] == "ieee" and "tl.dot" not in r.source
+
+
+def test_gemm_shape_driven_choices(descs):
+    fam, plan = _plan(descs, "large_k_splitk")
+    large_k = dataclasses.replace(plan, m=256, n=256, k=524288)
+    assert fam.algorithms(large_k)[0] == "split-k"
+    big_batch = dataclasses.replace(plan, m=512, n=2048, k=1024, batch=128)
+    assert fam.algorithms(big_batch)[:2] == ["tiled", "tiled-persistent"]
+    # a 1000 x 1000 output: 64x128 tiles (128 of them) rather than 64 tiles of 128x128
+    small = fam.defaults(dataclasses.replace(plan, m=1000, n=1000, k=1000), "tiled")
+    assert (small["BLOCK_M"], small["BLOCK_N"]) == (64, 128)
+    # K-major copies by default only where they are cheap next to the GEMM
+    assert fam.defaults(dataclasses.replace(plan, m=8205, n=5921, k=2949), "tiled")["KMAJOR"] is True
+    assert fam.defaults(large_k, "split-k")["KMAJOR"] is False
+    for case in ("mm_ragged_kmajor", "bmm_persistent", "large_k_splitk"):
+        r = _reply(descs, case)
+        assert r.params["PRECISION"] == "tf32x3"
+        assert 'input_precision="tf32x3"' in r.source
+
+
+def test_gemm_refinements_offer_tf32_last(descs):
+    fam, plan = _plan(descs, "mm_ragged_kmajor")
+    params = _reply(descs, "mm_ragged_kmajor").params
+    refs = fam.refinements(plan, params)
+    assert refs and refs[-1][0] == "refine:tf32" and refs[-1][1]["PRECISION"] == "tf32"
+    fixes = fam.safer(plan, dict(params, PRECISION="tf32"), "mismatch")
+    assert fixes[0][1]["PRECISION"] == "tf32x3"
+
+
+def test_pool_row_tiles_first_and_share_input_rows(descs):
+    fam, plan = _plan(descs, "maxpool_rows")
+    assert fam.algorithms(plan)[0] == "row-tiles"
+    d = fam.defaults(plan, "row-tiles")
+    assert d["ROWS_OUT"] == 8
+    src = _reply(descs, "maxpool_rows").source
+    # 8 output rows of a 4-row window read 11 input rows, each loaded once per window column
+    assert src.count("tl.load(row + iw") == 11 * 4
+    assert "//" not in src.split("def pool_rows_kernel")[1].split("tl.store")[0].replace(
+        "pid // n_tiles", ""
+    ).replace("t // n_w", "").replace("z // OD", "")
+
+
+def test_batchnorm_tiles_first_without_per_element_division(descs):
+    fam, plan = _plan(descs, "bn_tiles_ragged")
+    assert fam.algorithms(plan)[0] == "channel-tiles"
+    src = _reply(descs, "bn_tiles_ragged").source
+    apply = src.split("def bn_tile_apply_kernel(")[1].split("\ndef ")[0]
+    assert "//" not in apply.split("):", 1)[1]  # channel of a row: one modulo per row, no division
+
+
+def test_conv_first_seeds_follow_cudnn(descs):
+    """The library tail runs cuDNN channels-last; the Triton conv's first seed is TF32 (PyTorch's
+    fp32 convolutions are) with channels-last operands, the second keeps 3xTF32."""
+    fam, plan = _plan(descs, "conv_tail_cl")
+    assert fam.algorithms(plan)[0] == "library-conv+tile-epilogue"
+    src = _reply(descs, "conv_tail_cl").source
+    assert "memory_format=torch.channels_last" in src and "def conv_tail_kernel(" in src
+    fam, plan = _plan(descs, "conv3d_tf32_cl")
+    first, second = (fam.defaults(plan, a) for a in fam.algorithms(plan)[:2])
+    assert (first["PRECISION"], first["CHANNELS_LAST"]) == ("tf32", True)
+    assert second["PRECISION"] == "tf32x3"
+    r = _reply(descs, "conv3d_tf32_cl")
+    assert 'input_precision="tf32"' in r.source and r.params["PRECISION"] == "tf32"
+
+
+def _advice(desc, reply: CodeReply, fraction: float | None, bottleneck: str, kernels=()):
+    from graph.records import Attempt, Candidate, CompileReport, KernelCompileInfo, ProfileReport
+    from nodes.expert import ExpertProfiler
+    from nodes.models import ProfilerRequest
+
+    cand = Candidate(
+        id="c",
+        source=reply.source or "",
+        stage="tiling",
+        origin=reply.origin,
+        family=reply.family,
+        algorithm=reply.algorithm,
+        params=reply.params,
+    )
+    comp = CompileReport(ok=True, kernels=[KernelCompileInfo(**k) for k in kernels])
+    prof = ProfileReport(roofline_fraction=fraction, bottleneck=bottleneck)
+    req = ProfilerRequest(
+        stage=stage("tiling"), desc=desc, attempt=Attempt(candidate=cand, compile=comp), profile=prof
+    )
+    return ExpertProfiler().advise(req)[0]
+
+
+def test_profiler_names_the_algorithms_reasons(descs):
+    # split-K GEMM: the tile count / K split and (fp32, B not copied K-major) the operand layout
+    r = _reply(descs, "large_k_splitk")
+    adv = _advice(descs["large_k_splitk"], r, 0.3, "compute")
+    reasons = [e for e in adv.evidence if e.startswith("reason:")]
+    assert any("SPLIT_K" in e for e in reasons) and any("KMAJOR" in e for e in reasons), reasons
+    assert "SPLIT_K" in adv.plan
+    # near the roofline: nothing algorithm-specific to add
+    assert not [
+        e for e in _advice(descs["large_k_splitk"], r, 0.9, "compute").evidence if e.startswith("reason:")
+    ]
+    # one program per row over a few long rows: the split-row algorithm is the reason to give
+    fam, plan = _plan(descs, "ln_long_split")
+    whole = _reply(descs, "ln_long_split").model_copy(
+        update={
+            "algorithm": "whole-row",
+            "params": {**fam.defaults(plan, "whole-row"), "algorithm": "whole-row"},
+        }
+    )
+    adv = _advice(descs["ln_long_split"], whole, 0.2, "memory")
+    assert any("algorithm=split-row" in e for e in adv.evidence), adv.evidence
+    # registers that leave few warps resident on a memory-bound kernel
+    adv = _advice(
+        descs["maxpool_rows"],
+        _reply(descs, "maxpool_rows"),
+        0.4,
+        "memory",
+        kernels=[{"name": "pool_rows_kernel", "registers": 200, "num_warps": 8, "spills": 0}],
+    )
+    assert any("warps resident" in e for e in adv.evidence), adv.evidence
+
+
+def test_reduction_splits_few_long_columns(descs):
+    fam, plan = _plan(descs, "colmean_split")
+    tall = dataclasses.replace(plan, outer=1, rlen=262147, inner=1000)
+    wide = dataclasses.replace(plan, outer=64, rlen=2048, inner=8192)
+    assert fam.algorithms(tall)[0] == "split-columns"
+    assert fam.algorithms(wide)[0] == "columns"
+    assert "red_col_final_kernel[" in _reply(descs, "colmean_split").source
