@@ -234,7 +234,13 @@ def _lower(desc: TaskDescription, policy: str) -> Lowering:
     whole, misses = _whole(view, policy)
     if whole is not None:
         return whole
-    part = partition(view, policy)
+    try:
+        part = partition(view, policy)
+    except Unsupported as e:
+        # Say also why no family took the graph whole: that family saw the whole pattern and
+        # names what it lacks (a mask that is not causal), which one node's miss cannot.
+        whole_why = "; ".join(m for m in misses if m and m != "no family matches")
+        raise Unsupported(f"{e}; as one kernel: {whole_why}" if whole_why else str(e)) from e
     units = [
         Unit(g.family, g.fam, g.view, g.plan, tag=g.tag, library=g.library, group=g)
         for g in part.kernel_groups()
