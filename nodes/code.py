@@ -14,7 +14,8 @@ from graph.stages import StageSpec
 from graph.state import StageState, StageUpdate
 from nodes.common import brief, incumbent, log, recent, settings_of, thread_of
 from nodes.deps import Deps
-from nodes.models import BudgetExceeded, CodeRequest, ModelFormatError, ModelUnavailableError
+from nodes.models import BudgetExceeded, CodeReply, CodeRequest, ModelFormatError, ModelUnavailableError
+from tools import autotune
 
 
 def wants_fix(state: StageState, fix_budget: int) -> bool:
@@ -25,6 +26,41 @@ def wants_fix(state: StageState, fix_budget: int) -> bool:
         and last.diagnosis is not None
         and bool(last.candidate.source)
         and 0 < state.get("fixes", 0) <= fix_budget
+    )
+
+
+def autotune_variant(spec: StageSpec, state: StageState, req: CodeRequest) -> CodeReply | None:
+    """Tiling, before the model is asked: one variant per config of each `@triton.autotune` kernel
+    of the kernel that entered the stage, that config alone, so EGG's timer (not Triton's
+    autotuner, inside the candidate) picks the config, and the report names it. Parallel branches
+    take the configs in order; the sequential loop goes on with the untried ones, each applied
+    to the best kernel so far (kernel by kernel). None when there is nothing (left) to sweep."""
+    entry = state.get("entry")
+    if spec.name != "tiling" or req.mode != "tune" or entry is None:
+        return None
+    variants = autotune.sweep(entry.candidate.source)
+    if state.get("branch"):
+        pending = variants[req.seed_index : req.seed_index + 1]
+        base = entry
+    else:
+        tried = {str(p.get("autotune")) for p in req.tried}
+        pending = [v for v in variants if f"{v[0]}#{v[1]}" not in tried]
+        base = req.best or entry
+    if not pending:
+        return None
+    kernel, index, config = pending[0]
+    try:
+        source = autotune.pin(base.candidate.source, kernel, config)
+    except KeyError:  # the best kernel so far came from elsewhere: vary the entry kernel
+        base = entry
+        source = autotune.pin(entry.candidate.source, kernel, config)
+    return CodeReply(
+        source=source,
+        origin="autotune-sweep",
+        family=base.candidate.family,
+        algorithm=base.candidate.algorithm,
+        params={**base.candidate.params, "autotune": f"{kernel}#{index}"},
+        note=f"@triton.autotune config {index} of `{kernel}` alone: {config}",
     )
 
 
@@ -67,8 +103,10 @@ def make_code_node(spec: StageSpec, deps: Deps):
         ident = f"{spec.name}.{base_mode}{'' if branch is None else branch}.{req.iteration}"
         t0 = time.perf_counter()
         try:
-            models = deps.models(settings, thread_of(runtime))
-            reply = models.code.write(req)
+            reply = autotune_variant(spec, state, req)
+            if reply is None:
+                models = deps.models(settings, thread_of(runtime))
+                reply = models.code.write(req)
         except (ModelUnavailableError, BudgetExceeded) as e:
             log.warning("code.halt", stage=spec.name, iteration=req.iteration, reason=str(e))
             update: StageUpdate = {"halt": str(e), "exhausted": True, "current": None}

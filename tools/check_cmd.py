@@ -139,7 +139,7 @@ def _print_human(o: dict[str, Any]) -> None:
     if o["delegated_ops"]:
         print(f"  delegated to PyTorch: {', '.join(o['delegated_ops'])}")
     if o["degenerate"]:
-        print(f"  degenerate task: {'; '.join(o['degenerate'])}")
+        print(f"  notes: {'; '.join(o['degenerate'])}")
     print(f"  sizes: {o['sizes_used']}")
     for k in o["compile"].get("kernels", []):
         print(

@@ -221,3 +221,33 @@ def test_candidates_carry_their_mode_and_branch_as_fields():
     # the origin is the model's label, never an encoding of the mode
     assert all(c.origin == f"seed:{c.branch}" for c in seeds)
     assert out["best"].candidate.mode == "tune" and out["best"].candidate.stage == "mapping"
+
+
+AUTOTUNED = (
+    "import triton\n\n\n"
+    '@triton.autotune(configs=[cfg(ms=0.45), cfg(ms=0.20), cfg(ms=0.30)], key=["n"])\n'
+    "def k():\n    pass\n"
+)
+
+
+def test_tiling_times_each_autotune_config_alone_and_keeps_the_fastest():
+    script = {("algorithm", "seed"): [AUTOTUNED]}
+    out, code, tb, _, _ = run(script, seeds=1)
+    assert out["status"] == "verified"
+    by = {d.stage: d for d in out["decisions"]}
+    assert by["tiling"].outcome == "improved", by["tiling"]
+    assert "autotune: None -> k#1" in by["tiling"].changed, by["tiling"].changed
+    best = out["best"].candidate
+    assert "configs=[cfg(ms=0.20)]" in best.source and best.params["autotune"] == "k#1"
+    assert best.origin == "autotune-sweep" and best.stage == "tiling"
+    timed = {s for kind, s in tb.calls if kind == "time"}
+    for ms in ("0.45", "0.20", "0.30"):
+        assert any(f"configs=[cfg(ms={ms})]" in s for s in timed), ms
+    # The sweep is EGG's, not the model's: the tiling stage asked the model only after it.
+    assert not [r for r in code.requests if r.stage.name == "tiling" and r.best is None]
+
+
+def test_tiling_without_autotune_asks_the_model_as_before():
+    out, code, *_ = run()
+    assert not [d for d in out["decisions"] if "autotune" in " ".join(d.changed)]
+    assert [r for r in code.requests if r.stage.name == "tiling"]

@@ -144,3 +144,44 @@ def test_a_patched_timer_in_the_runner_is_caught_by_the_judges_clock() -> None:
     assert res.payload["reason"].startswith(("timing.disagree:", "timing.speed_of_light:")), res.payload[
         "reason"
     ]
+
+
+@needs_cuda
+def test_an_autotuned_kernel_runs_natively_and_the_tiling_stage_times_each_config(tmp_path) -> None:
+    import sys
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from graph.context import Context
+    from graph.main import build_graph
+    from nodes.deps import Deps
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fakes import ScriptedCode, scripted_models
+
+    src = (CORPUS / "good" / "relu_autotune.py").read_text()
+    task = _task("relu", {"BATCH": 8192, "DIM": 8192})
+    r = TB.check(task, src)
+    assert r.accepted, r.reasons
+    assert not [n for n in r.degenerate if n.startswith("interpreter")]  # Triton's own autotuner ran
+
+    tb = Toolbox(timeout_s=240, egg_home=str(tmp_path))
+    timed: list[str] = []
+    real_time = tb.time
+
+    def time(t, s, **kw):
+        timed.append(s)
+        return real_time(t, s, **kw)
+
+    tb.time = time  # type: ignore[method-assign]
+    code = ScriptedCode({("algorithm", "seed"): [src]})
+    g = build_graph(Deps(toolbox=tb, model_factory=lambda s, t: scripted_models(code))).compile(
+        checkpointer=InMemorySaver()
+    )
+    ctx = Context(device="cuda", seeds=1, stages=("algorithm", "tiling"), egg_home=str(tmp_path))
+    out = g.invoke({"task": task}, {"configurable": {"thread_id": "at"}, "recursion_limit": 200}, context=ctx)
+    assert out["status"] == "verified", out.get("failure")
+    pinned = [s for s in timed if s.count("triton.Config(") == 1]
+    assert len(pinned) == 3, [s.count("triton.Config(") for s in timed]  # each config timed alone
+    tiling = next(d for d in out["decisions"] if d.stage == "tiling")
+    print("tiling:", tiling.outcome, tiling.changed, "final", out["final"].candidate_ms, "ms")

@@ -79,6 +79,22 @@ def run(job_path: Path, result_path: Path, nonce: str) -> None:
 
 
 def _dispatch(job) -> dict:
+    notes: list[str] = []
+    if job.device != "cuda" and job.candidate_source:
+        from tools.autotune import pin_first
+
+        # The interpreter's autotuner needs a GPU driver to time configs: the first one runs.
+        source, notes = pin_first(job.candidate_source)
+        if notes:
+            job = job.model_copy(update={"candidate_source": source})
+    payload = _dispatch_job(job)
+    for report in (payload, payload.get("check")) if notes else ():
+        if isinstance(report, dict) and "accepted" in report:
+            report["degenerate"] = [*(report.get("degenerate") or []), *notes]
+    return payload
+
+
+def _dispatch_job(job) -> dict:
     if job.kind == "evaluate":
         from tools.worker.evaluate import run_evaluate
 
