@@ -21,31 +21,12 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def task_from_path(path: str, device: str = "cpu") -> TaskSpec:
-    """Read a task file without running it; raise BadTaskError (one line) when it cannot be a task.
-
-    What can be told from the text alone is told here (missing, not UTF-8, NUL bytes, a syntax
-    error); what needs the task to run (`get_inputs()` returning None, an exit at import) is told
-    by `describe`, in a sandbox worker.
-    """
-    from tools.errors import BadTaskError
+    """Read a task file without running it; raise BadTaskError (one line) when it cannot be a task
+    (tools.errors.read_task_source says what is told from the text alone)."""
+    from tools.errors import read_task_source
 
     p = Path(path)
-    if not p.is_file():
-        raise BadTaskError(f"task file not found: {path}")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise BadTaskError(f"cannot read the task file {path}: {e.strerror or e}") from None
-    if b"\0" in raw:
-        raise BadTaskError(f"the task file {path} contains NUL bytes: not a Python source file")
-    try:
-        source = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadTaskError(f"the task file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
-    try:
-        compile(source, str(p), "exec", dont_inherit=True)  # parses only; nothing runs
-    except SyntaxError as e:
-        raise BadTaskError(f"syntax error in {path} line {e.lineno}: {e.msg}") from None
+    source = read_task_source(p)
     return TaskSpec(path=str(p), name=p.stem, source=source, device=device)  # type: ignore[arg-type]
 
 

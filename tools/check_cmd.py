@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.records import TaskSpec
+from tools.errors import read_task_source
 from tools.protocol import Job
 from tools.sandbox import run_job
 from tools.toolbox import BadTaskError, Toolbox, ToolInfraError
@@ -64,9 +65,13 @@ def check_command(
     if tolerance is not None and not tolerance > 0:
         return _fail("--tolerance must be a positive number", as_json)
     try:
-        task_src, cand_src = tp.read_text(), cp.read_text()
+        task_src = read_task_source(tp)
+    except BadTaskError as e:
+        return _fail(f"bad task: {e}", as_json)
+    try:
+        cand_src = cp.read_text()
     except (OSError, UnicodeDecodeError) as e:
-        return _fail(f"cannot read input: {e}", as_json)
+        return _fail(f"cannot read the candidate: {e}", as_json)
     tb = Toolbox()
     try:
         if device == "auto":

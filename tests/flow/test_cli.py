@@ -275,6 +275,8 @@ def test_every_malformed_task_is_one_line_and_exit_2(tmp_path, kind):
     )
     assert c.returncode == 2 and len(c.stderr.strip().splitlines()) == 1, (c.stdout, c.stderr)
     assert "Traceback" not in c.stdout + c.stderr
+    # the same words as optimize: the task's fault, never a "tool failure"
+    assert c.stderr.startswith("error: bad task: ") and report["failure"] in c.stderr, c.stderr
 
 
 def test_eval_records_each_malformed_task_as_a_bad_input_row(tmp_path):

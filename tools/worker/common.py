@@ -170,6 +170,14 @@ def one_line(exc: BaseException, limit: int = 400) -> str:
     return f"{type(exc).__name__}: {first}"[:limit]
 
 
+def listed(name: str, value: Any) -> list[Any]:
+    """What get_inputs()/get_init_inputs() returned, as a list; BadTask when it is not a list or
+    tuple (None, a lone tensor), which is the task's fault, not a tool failure."""
+    if not isinstance(value, (list, tuple)):
+        raise BadTask(f"{name}() returned {type(value).__name__}; expected a list (or tuple) of inputs")
+    return list(value)
+
+
 @dataclass
 class LoadedTask:
     module: types.ModuleType
@@ -177,7 +185,7 @@ class LoadedTask:
     sizes: dict[str, int]
 
     def init_args(self) -> list[Any]:
-        return list(self.module.get_init_inputs())
+        return listed("get_init_inputs", self.module.get_init_inputs())
 
     def inputs(self, seed: int, device: str = "cpu") -> list[Any]:
         """get_inputs() under `seed`; on a GPU the tensors are created there directly (factory
@@ -185,9 +193,9 @@ class LoadedTask:
         generation plus a copy and keeps host memory free when many workers share a machine."""
         torch.manual_seed(seed)
         if device == "cpu":
-            return list(self.module.get_inputs())
+            return listed("get_inputs", self.module.get_inputs())
         with torch.device(device):
-            return list(self.module.get_inputs())
+            return listed("get_inputs", self.module.get_inputs())
 
 
 def load_task(source: str, overrides: dict[str, int]) -> LoadedTask:

@@ -15,6 +15,7 @@ from tools.worker.common import (
     float_constants,
     int_constants,
     is_oom,
+    listed,
     load_task,
     numel_of,
     one_line,
@@ -41,7 +42,13 @@ def _meta_run(task_source: str, overrides: dict[str, int]) -> tuple[list[Any], l
     try:
         return _meta_run_on(task_source, overrides, "meta")
     except Exception:
+        pass
+    try:
         return _meta_run_on(task_source, overrides, "cpu")
+    except BadTask:
+        raise
+    except (Exception, SystemExit) as e:  # the task's own code failed on the CPU: its fault
+        raise task_fault(f"the task failed to build or run: {one_line(e)}", e) from None
 
 
 def _meta_run_on(
@@ -52,7 +59,7 @@ def _meta_run_on(
         torch.manual_seed(0)
         init = t.init_args()
         model = t.module.Model(*init)
-        inputs = list(t.module.get_inputs())
+        inputs = listed("get_inputs", t.module.get_inputs())
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
     flops: float | None = None
     with torch.no_grad():
