@@ -39,6 +39,24 @@ def test_describe_shrinks_large_task_keeping_small_constants() -> None:
     assert d.bytes_moved == pytest.approx(2 * 4 * s["BATCH"] * s["DIM"])
 
 
+def test_describe_shrinks_a_small_but_compute_heavy_task_for_the_interpreter(tmp_path) -> None:
+    # 64 images of 3x32x32 through a 3x3 conv to 64 channels: few elements, ~0.2 GFLOP, which
+    # the interpreter would take minutes over; the batch is halved until the flops fit.
+    src = (
+        "import torch\nimport torch.nn as nn\nBATCH = 64\nOUT = 64\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, OUT, 3)\n"
+        "    def forward(self, x):\n        return torch.relu(self.conv(x))\n"
+        "def get_inputs():\n    return [torch.randn(BATCH, 3, 32, 32)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    d = TB.describe(TaskSpec(path=str(tmp_path / "conv.py"), name="conv", source=src), shrink=True)
+    from tools.worker.describe import SHRINK_FLOPS
+
+    assert d.flops is not None and d.flops <= SHRINK_FLOPS
+    assert d.sizes_used["BATCH"] < 64
+
+
 def test_describe_matmul_flops_params_and_overrides() -> None:
     d = TB.describe(task("matmul", size_overrides={"M": 32}), shrink=False)
     assert d.sizes_used["M"] == 32 and d.outputs[0].shape == [32, 48]

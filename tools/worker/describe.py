@@ -23,6 +23,9 @@ from tools.worker.common import (
 )
 
 SHRINK_BUDGET = 2**18
+# The interpreter runs every program of a launch in Python: its time grows with the work, not only
+# with the bytes. Sizes are also halved until the forward's flops fit this (a 256^3 matmul's).
+SHRINK_FLOPS = 2.0**25
 
 
 def task_fault(message: str, e: BaseException) -> Exception:
@@ -135,8 +138,8 @@ def _halved_sizes(
     sizes = {k: v for k, v in {**int_constants(task_source), **overrides}.items() if k not in frozen}
     current = dict(overrides)
     for _ in range(64):
-        inputs, outputs, _, model = _meta_run(task_source, current)
-        if not outputs or _elements(inputs, outputs, model) <= budget:
+        inputs, outputs, flops, model = _meta_run(task_source, current)
+        if not outputs or (_elements(inputs, outputs, model) <= budget and (flops or 0.0) <= SHRINK_FLOPS):
             return current
         eff = {**sizes, **current}
         big = [k for k, v in eff.items() if v >= SHRINK_MIN]
