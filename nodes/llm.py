@@ -64,6 +64,7 @@ from nodes.models import (
     ProfilerModel,
     ProfilerRequest,
 )
+from tools import autotune
 
 log = structlog.get_logger("egg.llm")
 
@@ -497,11 +498,12 @@ class LLMCode(_LLMRole):
             mode_vars = {"seed_number": req.seed_index + 1, "n_seeds": req.n_seeds}
         elif req.mode == "tune":
             mode_vars.update(variant_number=req.seed_index + 1, n_variants=req.n_seeds)
-            space, baked = read_tunables(req.best.candidate.source) if req.best else ({}, {})
-            mode_vars["tunables"] = (
-                "; ".join(f"{k}: now {baked.get(k)!r}, declared {v!r}" for k, v in space.items())
-                or "(the current kernel declares no EGG_TUNABLES)"
-            )
+            best_src = req.best.candidate.source if req.best else ""
+            space, baked = read_tunables(best_src) if best_src else ({}, {})
+            declared = [
+                f"`{s.kernel}`: {len(s.configs)} @triton.autotune config(s)" for s in autotune.sites(best_src)
+            ] + [f"{k}: now {baked.get(k)!r}, declared {v!r}" for k, v in space.items()]
+            mode_vars["tunables"] = "; ".join(declared) or "(the current kernel declares no autotune configs)"
         elif req.mode == "fix":
             a = req.failed
             mode_vars = {

@@ -96,6 +96,12 @@ def test_messages_print_literally(capsys):
     assert "[rand_like]; candidate [verified] [bold]no[/]" in out
     assert "[verified] nothing" in out and "t[1]" in out
     assert "error: reference uses [rand_like]" in err
+    # a long message stays one line (the reason a nondeterministic reference is refused is ~250 chars)
+    long = "the reference is nondeterministic: " + " ".join(["two runs differ"] * 30)
+    with pytest.raises(typer.Exit):
+        cli._fail_bad_input(long)
+    _, err = capsys.readouterr()
+    assert err.strip() == f"error: {long}"
 
 
 def _egg(*args: str, **env: str) -> subprocess.CompletedProcess:

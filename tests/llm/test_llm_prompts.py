@@ -33,7 +33,7 @@ def test_every_stage_and_role_has_a_template_with_a_valid_header() -> None:
     for stage in STAGE_NAMES:
         for role in P.ROLES:
             t = P.load_template(f"{stage}/{role}")
-            assert t.id == f"{stage}/{role}" and t.version == "1"
+            assert t.id == f"{stage}/{role}" and t.path.name == f"{role}.v{t.version}.md"
             assert set(t.inputs) == set(string.Template(t.body).get_identifiers())
             assert t.changelog and t.output
             assert t.sha256 == hashlib.sha256(t.path.read_bytes()).hexdigest()
@@ -76,9 +76,12 @@ def test_code_prompt_renders_every_variable(stage: str, mode: str) -> None:
         assert "$" not in text.replace("$$", ""), "an unrendered $variable leaked"
     assert req.task.source.strip() in user
     assert P.POLICY_RULES["mixed"] in system
-    assert ref["id"] == f"{stage}/code" and ref["version"] == "1" and len(ref["sha256"]) == 64
-    version = {"tune": 2}.get(mode, 1)  # tune v2: variants of a parallel round
-    assert f"common/mode_{mode}@{version}" in ref["parts"]
+    # mapping keeps v1; the other stages' v2 ask for tuning choices as @triton.autotune configs
+    assert ref["id"] == f"{stage}/code" and ref["version"] == ("1" if stage == "mapping" else "2")
+    assert len(ref["sha256"]) == 64
+    version = {"tune": 3}.get(mode, 1)  # tune v2: variants of a parallel round; v3: autotune configs
+    assert f"common/mode_{mode}@{version}" in ref["parts"] and "common/role_code@2" in ref["parts"]
+    assert "@triton.autotune" in system + user
     if mode == "tune":
         assert f"variant {req.seed_index + 1} of {req.n_seeds}" in user
     if mode == "fix":
@@ -166,3 +169,18 @@ def test_context_stays_flat_over_ten_iterations(capsys: pytest.CaptureFixture[st
         lines.append(f"  {k:20s} {u.calls:5d} {u.input_tokens:7d} {u.output_tokens:7d}")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
+
+
+def test_tune_prompt_names_the_best_kernels_autotune_configs() -> None:
+    src = (Path(__file__).resolve().parents[1] / "corpus" / "good" / "relu_autotune.py").read_text()
+    req = code_request("tiling", "tune")
+    assert req.best is not None
+    req = req.model_copy(
+        update={
+            "best": req.best.model_copy(
+                update={"candidate": req.best.candidate.model_copy(update={"source": src})}
+            )
+        }
+    )
+    _, user, _ = _offline(LLMCode, "code").render(req)
+    assert "Declared tunables now: `relu_kernel`: 3 @triton.autotune config(s)." in user
