@@ -97,7 +97,7 @@ def _error_line(msg: str) -> Text:
 
 
 def _fail_bad_input(msg: str) -> NoReturn:
-    err_console.print(_error_line(msg))
+    err_console.print(_error_line(msg), soft_wrap=True)  # one line, however long: scripts read it
     raise typer.Exit(2)
 
 
@@ -410,7 +410,9 @@ def _infra_failure(home: Path, thread: str, e: BaseException) -> None:
     d = home / "threads" / thread
     d.mkdir(parents=True, exist_ok=True)
     (d / "error.log").write_text("".join(traceback.format_exception(e)))
-    err_console.print(_error_line(f"{type(e).__name__}: {str(e)[:300]} (traceback: {d / 'error.log'})"))
+    err_console.print(
+        _error_line(f"{type(e).__name__}: {str(e)[:300]} (traceback: {d / 'error.log'})"), soft_wrap=True
+    )
 
 
 @app.command()
