@@ -158,6 +158,17 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
             if t.measured
             else f"{where}: not timed ({t.reason})"
         )
+    if node == "evaluate" and cur is not None:  # a GPU's one job: compile, check, time
+        c, k, t = cur.compile, cur.check, cur.timing
+        if not c.ok:
+            return f"{where}: compile FAILED {c.error_kind}" + (
+                f" line {c.error_line}" if c.error_line else ""
+            )
+        if k is None or not k.accepted:
+            return f"{where}: compiled; rejected: {'; '.join(k.reasons if k else ['not checked'])[:160]}"
+        if t is not None and t.measured:
+            return f"{where}: verified, {t.candidate_ms:.4f} ms (eager {t.eager_ms:.4f} ms)"
+        return f"{where}: verified, not timed ({t.reason if t else 'no timing'})"
     if node == "boundary" and upd.get("decisions"):
         d = upd["decisions"][-1]
         return f"{d.stage}: {d.outcome} - {d.changed} ({d.why[:200]})"

@@ -22,6 +22,7 @@ from graph.routing import (
     route_after_code,
     route_after_compile,
     route_after_decide,
+    route_after_evaluate,
     route_after_start,
 )
 from graph.stages import StageSpec
@@ -32,7 +33,7 @@ from nodes.debugger import make_debug_node
 from nodes.decide import make_decide_node
 from nodes.deps import Deps
 from nodes.profiler import make_profile_node
-from nodes.tooling import make_check_node, make_compile_node, make_time_node
+from nodes.tooling import make_check_node, make_compile_node, make_evaluate_node, make_time_node
 
 
 def _add_attempt_loop(g: StateGraph, spec: StageSpec, deps: Deps, finish: str) -> None:
@@ -43,9 +44,13 @@ def _add_attempt_loop(g: StateGraph, spec: StageSpec, deps: Deps, finish: str) -
     g.add_node("profile", make_profile_node(spec, deps))
     g.add_node("debug", make_debug_node(spec, deps))
     g.add_node("decide", make_decide_node(spec))
+    g.add_node("evaluate", make_evaluate_node(spec, deps))
     g.add_conditional_edges(
-        "code", route_after_code, {"compile": "compile", "decide": "decide", "finish": finish}
+        "code",
+        route_after_code,
+        {"compile": "compile", "evaluate": "evaluate", "decide": "decide", "finish": finish},
     )
+    g.add_conditional_edges("evaluate", route_after_evaluate, {"profile": "profile", "debug": "debug"})
     g.add_conditional_edges("compile", route_after_compile, {"check": "check", "debug": "debug"})
     g.add_conditional_edges("check", route_after_check, {"time": "time", "debug": "debug"})
     g.add_edge("time", "profile")

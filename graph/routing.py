@@ -18,7 +18,14 @@ def route_after_code(state: StageState) -> str:
         return "finish"
     if att.compile is not None:  # the reply was unusable: already a failed attempt
         return "decide"
-    return "compile"
+    # A GPU evaluates a candidate in one job (compile, check, time); the CPU steps one by one.
+    return "evaluate" if state["task"].device == "cuda" else "compile"
+
+
+def route_after_evaluate(state: StageState) -> str:
+    att = state["current"]
+    verified = att is not None and att.compile is not None and att.compile.ok
+    return "profile" if verified and att.check is not None and att.check.accepted else "debug"
 
 
 def route_after_compile(state: StageState) -> str:

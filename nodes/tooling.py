@@ -89,3 +89,33 @@ def make_time_node(spec: StageSpec, deps: Deps):
         return {"current": att.model_copy(update={"timing": report}), "usage": _tools_usage(spec, sw.seconds)}
 
     return time_
+
+
+def make_evaluate_node(spec: StageSpec, deps: Deps):
+    """On a GPU: compile, check and time the candidate in one sandbox job (one judge process, the
+    task loaded once), and record all three reports in one update."""
+
+    def evaluate(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
+        att = state["current"]
+        settings = settings_of(runtime)
+        with Stopwatch() as sw:
+            ev = deps.toolbox.evaluate(
+                state["task"], att.candidate.source, policy=settings.policy, tolerance=settings.tolerance
+            )
+        t = ev.timing
+        log.info(
+            "evaluate",
+            stage=spec.name,
+            iteration=state.get("iteration", 0),
+            candidate=att.candidate.id,
+            compiled=ev.compile.ok,
+            error_kind=ev.compile.error_kind,
+            accepted=None if ev.check is None else ev.check.accepted,
+            reasons=[] if ev.check is None else ev.check.reasons[:3],
+            candidate_ms=None if t is None else t.candidate_ms,
+            eager_ms=None if t is None else t.eager_ms,
+        )
+        update = {"compile": ev.compile, "check": ev.check, "timing": ev.timing}
+        return {"current": att.model_copy(update=update), "usage": _tools_usage(spec, sw.seconds)}
+
+    return evaluate

@@ -88,6 +88,19 @@ class FakeToolbox:
             noise=0.005,
         )
 
+    def evaluate(self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: Any = None):
+        """The GPU path's one job, as the real toolbox composes it: compile, check if it compiled,
+        time if it was verified (each logged as its own call, so tests see what ran)."""
+        from tools.toolbox import Evaluation
+
+        comp = self.compile(task, source)
+        if not comp.ok:
+            return Evaluation(comp)
+        check = self.check(task, source, policy=policy, tolerance=tolerance)
+        if not check.accepted:
+            return Evaluation(comp, check)
+        return Evaluation(comp, check, self.time(task, source))
+
     def time(self, task: TaskSpec, source: str, **kw: Any) -> TimingReport:
         self._log("time", source)
         return self._timing(source, False)

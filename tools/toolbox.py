@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 import time
-from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -49,6 +49,20 @@ def _fields(model: type, payload: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k in model.model_fields}
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What evaluating one candidate found: its compile report, then (when it compiled) its check,
+    then (on a GPU, when it was verified) its timing."""
+
+    compile: CompileReport
+    check: CheckReport | None = None
+    timing: TimingReport | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.compile.ok and self.check is not None and self.check.accepted
+
+
 class Toolbox:
     def __init__(self, *, timeout_s: float = 300.0, python: str | None = None, egg_home: str | None = None):
         self.timeout_s = timeout_s
@@ -56,23 +70,10 @@ class Toolbox:
         # The EGG home (as graph.context resolves it): hidden from every candidate, and where the
         # judges cache eager/torch.compile baselines per task, sizes, GPU and versions.
         self.egg_home = os.path.abspath(egg_home or os.environ.get("EGG_HOME") or ".egg")
-        # On a GPU, compile() runs one `evaluate` job (compile, check, time in one fresh process)
-        # and keeps the check and timing reports here until check()/time() ask for them.
-        self._pending: OrderedDict[tuple, dict[str, JobResult]] = OrderedDict()
         self._lock = threading.Lock()
         # Per task (source + sizes): the checker's peak GPU memory (bytes, and shares of the GPU)
         # from its describe job, passed to every later GPU job on the task.
         self._peak: dict[str, dict[str, float | int]] = {}
-
-    @staticmethod
-    def _key(task: TaskSpec, source: str, policy: str, tolerance: float | None) -> tuple:
-        digest = hashlib.sha256(source.encode()).hexdigest()
-        return (Toolbox._task_key(task), digest, task.device, policy, tolerance)
-
-    def _take(self, key: tuple, part: str) -> JobResult | None:
-        with self._lock:
-            entry = self._pending.get(key)
-            return None if entry is None else entry.pop(part, None)
 
     def _run(self, job: Job, timeout_s: float | None = None) -> JobResult:
         """Run a job; faults of the machine are retried, never reported as the task's or the
@@ -150,16 +151,24 @@ class Toolbox:
     def compile(
         self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
     ) -> CompileReport:
-        if task.device == "cuda":
-            return self._evaluate(task, source, policy, tolerance)
         res = self._run(self._job("compile", task, candidate_source=source))
         return self._compile_report(res)
 
-    def _evaluate(self, task: TaskSpec, source: str, policy: str, tolerance: float | None) -> CompileReport:
+    def evaluate(
+        self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
+    ) -> Evaluation:
+        """Compile, check and (on a GPU, when verified) time a candidate. On a GPU this is one
+        `evaluate` job: one judge process, one runner, the task loaded once; on CPU the compile
+        and check jobs run one after the other and nothing is timed."""
+        if task.device != "cuda":
+            comp = self.compile(task, source, policy=policy, tolerance=tolerance)
+            if not comp.ok:
+                return Evaluation(comp)
+            return Evaluation(comp, self.check(task, source, policy=policy, tolerance=tolerance))
         opts: dict[str, Any] = {} if tolerance is None else {"tolerance": float(tolerance)}
         res = self._run(self._job("evaluate", task, candidate_source=source, policy=policy, options=opts))
         if not res.ok:
-            return self._compile_report(res)
+            return Evaluation(self._compile_report(res))
         parts = dict(res.payload)
         phases = dict(parts.pop("phases", {}) or {})
         gpu = dict(parts.pop("gpu", {}) or {})
@@ -173,15 +182,20 @@ class Toolbox:
         # (its top-level phases; "step.sub" entries are parts of their step).
         phases["startup_and_exit"] = round(res.seconds - sum(v for k, v in phases.items() if "." not in k), 3)
         _log.info("tool.evaluate", task=task.name, wall_s=round(res.seconds, 3), **phases, **gpu)
-        pending = {}
-        for part in ("check", "time"):
-            if part in parts:
-                pending[part] = res.model_copy(update={"kind": part, "payload": parts[part]})
-        with self._lock:
-            self._pending[self._key(task, source, policy, tolerance)] = pending
-            while len(self._pending) > 64:
-                self._pending.popitem(last=False)
-        return self._compile_report(res.model_copy(update={"kind": "compile", "payload": parts["compile"]}))
+        comp = self._compile_report(res.model_copy(update={"kind": "compile", "payload": parts["compile"]}))
+        check = (
+            self._check_report(
+                res.model_copy(update={"kind": "check", "payload": parts["check"]}), task, policy
+            )
+            if "check" in parts
+            else None
+        )
+        timing = (
+            self._timing_report(res.model_copy(update={"kind": "time", "payload": parts["time"]}))
+            if "time" in parts
+            else None
+        )
+        return Evaluation(comp, check, timing)
 
     def _compile_report(self, res: JobResult) -> CompileReport:
         if not res.ok:
@@ -204,9 +218,10 @@ class Toolbox:
         opts: dict[str, Any] = {}
         if tolerance is not None:
             opts["tolerance"] = float(tolerance)
-        res = self._take(self._key(task, source, policy, tolerance), "check") or self._run(
-            self._job("check", task, candidate_source=source, policy=policy, options=opts)
-        )
+        res = self._run(self._job("check", task, candidate_source=source, policy=policy, options=opts))
+        return self._check_report(res, task, policy)
+
+    def _check_report(self, res: JobResult, task: TaskSpec, policy: str) -> CheckReport:
         if not res.ok:
             rule = {"timeout": "sandbox.timeout", "internal": "sandbox.internal"}.get(
                 res.error_kind or "", "sandbox.crash"
@@ -246,9 +261,6 @@ class Toolbox:
     def time(
         self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
     ) -> TimingReport:
-        cached = self._take(self._key(task, source, policy, tolerance), "time")
-        if cached is not None:
-            return self._timing_report(cached)
         return self._timing("time", task, source, {})
 
     def benchmark(self, task: TaskSpec, source: str) -> TimingReport:

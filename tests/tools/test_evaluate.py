@@ -79,14 +79,38 @@ def test_gpu_lock_excludes_shared_holders_while_exclusive(tmp_path, monkeypatch)
     os.close(fd)
 
 
-def test_toolbox_compile_on_cpu_does_not_prefetch():
+def test_toolbox_evaluate_on_cpu_compiles_then_checks_and_times_nothing():
     from tools.toolbox import Toolbox
 
     tb = Toolbox()
     p = CORPUS / "tasks" / "relu.py"
     task = TaskSpec(path=str(p), name="relu", source=p.read_text(), device="cpu")
-    assert tb.compile(task, (CORPUS / "good" / "relu_good.py").read_text()).ok
-    assert not tb._pending
+    ev = tb.evaluate(task, (CORPUS / "good" / "relu_good.py").read_text())
+    assert ev.compile.ok and ev.check is not None and ev.check.accepted and ev.verified
+    assert ev.timing is None
+    broken = tb.evaluate(task, "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n")
+    assert not broken.compile.ok and broken.check is None and not broken.verified
+
+
+def test_the_graph_evaluates_in_one_node_on_a_gpu_and_steps_on_cpu():
+    from graph.factory import build_stage_graph
+    from graph.stages import ALGORITHM
+    from nodes.deps import Deps
+
+    stage = build_stage_graph(ALGORITHM, Deps(toolbox=object(), model_factory=lambda s, t: None))
+    assert {"compile", "check", "time", "evaluate", "profile"} <= set(stage.compile().get_graph().nodes)
+
+    from graph.records import Attempt, Candidate, CheckReport, CompileReport
+    from graph.routing import route_after_code, route_after_evaluate
+
+    cand = Attempt(candidate=Candidate(id="c", source="x", stage="algorithm", mode="seed", origin="seed:0"))
+    for device, first in (("cuda", "evaluate"), ("cpu", "compile")):
+        task = TaskSpec(path="t.py", name="t", source="", device=device)
+        assert route_after_code({"task": task, "current": cand}) == first
+    ok = cand.model_copy(update={"compile": CompileReport(ok=True), "check": CheckReport(accepted=True)})
+    assert route_after_evaluate({"current": ok}) == "profile"
+    bad = ok.model_copy(update={"check": CheckReport(accepted=False, reasons=["mismatch: x"])})
+    assert route_after_evaluate({"current": bad}) == "debug"
 
 
 def test_gpu_lock_lets_a_waiting_timer_go_before_later_checks(tmp_path, monkeypatch):
