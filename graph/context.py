@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from graph.records import Device, Policy
+from graph.stages import STAGE_ORDER
 
-STAGE_NAMES = ("algorithm", "mapping", "tiling", "memory")
+STAGE_NAMES = STAGE_ORDER  # one definition: graph/stages.py
 
 
 def _doc(text: str, env: str | None = None) -> dict[str, Any]:

@@ -231,8 +231,7 @@ class ProfileReport(Record):
     bottleneck: Bottleneck = "unknown"
     evidence: list[str] = Field(default_factory=list)
     suggestion: str | None = None
-    ncu: dict[str, Any] | None = None
-    ncu_skipped: str | None = None
+    ncu_skipped: str | None = None  # Nsight Compute is not run: why (no GPU, no permission)
 
 
 class Diagnosis(Record):

@@ -7,7 +7,7 @@ tiling and memory optimization. The factory builds one subgraph per spec.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 
@@ -21,9 +21,6 @@ class StageSpec:
     principles: tuple[str, ...] = ()
     # "explore": fan out seeds, keep the best verified, then refine it; "tune": revise the best.
     kind: Literal["explore", "tune"] = "tune"
-    # Acceptance rule, as text for reports; the decide node implements it.
-    acceptance: str = "verified, and median time beats the incumbent by more than the measured noise"
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 ALGORITHM = StageSpec(
@@ -40,8 +37,6 @@ ALGORITHM = StageSpec(
         "accumulate in fp32",
     ),
     kind="explore",
-    acceptance="the first verified seed is kept; a seed or refinement replaces it only when its median time "
-    "beats it by more than the measured noise",
 )
 
 MAPPING = StageSpec(

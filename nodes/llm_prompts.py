@@ -47,7 +47,6 @@ from graph.records import (
 from nodes.models import AttemptSummary, StageBrief
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "stage_prompts"
-STAGES = ("algorithm", "mapping", "tiling", "memory")
 ROLES = ("code", "profiler", "debugger")
 
 
@@ -356,9 +355,7 @@ def fmt_profile(p: ProfileReport, a: Attempt) -> str:
         lines.append(f"- {p.roofline_fraction:.0%} of the roofline bound")
     for e in p.evidence[:6]:
         lines.append(f"- {clip(steady(e), 200)}")
-    if p.ncu:
-        lines.append("- ncu: " + clip(", ".join(f"{k}={v}" for k, v in list(p.ncu.items())[:12]), 500))
-    elif p.ncu_skipped:
+    if p.ncu_skipped:
         lines.append(f"- ncu not run: {clip(p.ncu_skipped, 150)}")
     if a.compile is not None:
         for k in a.compile.kernels[:4]:

@@ -408,6 +408,5 @@ def profile_report(
         bottleneck=bottleneck,
         evidence=evidence,
         suggestion=suggestion,
-        ncu=None,
         ncu_skipped="ncu not run: needs explicit permission and an ncu binary on the GPU host",
     )
