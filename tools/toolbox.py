@@ -157,14 +157,8 @@ class Toolbox:
     def evaluate(
         self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
     ) -> Evaluation:
-        """Compile, check and (on a GPU, when verified) time a candidate. On a GPU this is one
-        `evaluate` job: one judge process, one runner, the task loaded once; on CPU the compile
-        and check jobs run one after the other and nothing is timed."""
-        if task.device != "cuda":
-            comp = self.compile(task, source, policy=policy, tolerance=tolerance)
-            if not comp.ok:
-                return Evaluation(comp)
-            return Evaluation(comp, self.check(task, source, policy=policy, tolerance=tolerance))
+        """Compile, check and (on a GPU, when verified) time a candidate in one `evaluate` job: one
+        judge process, one runner, the task loaded once. On CPU nothing is timed."""
         opts: dict[str, Any] = {} if tolerance is None else {"tolerance": float(tolerance)}
         res = self._run(self._job("evaluate", task, candidate_source=source, policy=policy, options=opts))
         if not res.ok:
