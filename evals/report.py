@@ -22,6 +22,7 @@ from evals.metrics import (
     measured_speedups,
     pkey,
 )
+from evals.results import ResultsFile
 
 NM = "not measured"
 
@@ -539,8 +540,6 @@ def write_report(
     """Write report.md, metrics.json, plots (and report.html); rows default to results.jsonl."""
     out = Path(out_dir)
     if rows is None:
-        from evals.runner import ResultsFile
-
         rows = latest_rows(ResultsFile(out / "results.jsonl").load())
     metrics = compute_metrics(rows)
     plots, not_drawn = _plots(out, rows, metrics)

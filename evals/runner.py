@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.phases import task_phases
+from evals.results import ResultsFile
 from evals.tasks import TaskDiscoveryError, TaskEntry, discover
 
 ROW_SCHEMA = 1
@@ -379,50 +380,6 @@ def build_row(
         "report_path": str(report_path) if report is not None else None,
         "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# results.jsonl
-# ---------------------------------------------------------------------------------------------
-
-
-class ResultsFile:
-    """Append-only results.jsonl; every row is durable (fsync) before the next task is counted."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._lock = threading.Lock()
-
-    def load(self) -> list[dict[str, Any]]:
-        """Complete rows; a torn last line (killed mid-write) is dropped from the file too."""
-        if not self.path.exists():
-            return []
-        data = self.path.read_bytes()
-        rows: list[dict[str, Any]] = []
-        good = 0
-        for line in data.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break
-            try:
-                row = json.loads(line)
-            except ValueError:
-                break
-            if isinstance(row, dict) and "task" in row:
-                rows.append(row)
-            good += len(line)
-        if good != len(data):
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-                f.flush()
-                os.fsync(f.fileno())
-        return rows
-
-    def append(self, row: dict[str, Any]) -> None:
-        line = json.dumps(row, sort_keys=True) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,9 @@ def test_layering():
             assert not {m.split(".")[0] for m in mods} & {"torch", "triton"}, (
                 f"{path} imports torch/triton outside tools/worker"
             )
+    # reports read results; only the runner writes them (and asks for the report at its end)
+    assert "evals.runner" not in _imports(ROOT / "evals" / "report.py")
+    assert not {m for m in _imports(ROOT / "evals" / "results.py") if m.startswith("evals")}
     kernel_files = ROOT / "nodes" / "expert" / "kernels"
     for path in (ROOT / "nodes").rglob("*.py"):
         mods = _imports(path)
