@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.logs import get_logger
-from graph.records import Attempt, BestKernel
+from graph.records import Attempt, BestKernel, RoleUsage
+from graph.reducers import usage_of
 from graph.stages import StageSpec
-from graph.state import StageState
-from nodes.models import AttemptSummary, StageBrief
+from graph.state import StageState, StageUpdate
+from nodes.models import AttemptSummary, BudgetExceeded, ModelFormatError, ModelUnavailableError, StageBrief
 
 log = get_logger("egg")
+
+
+T = TypeVar("T")
 
 
 def settings_of(runtime: Runtime[Context]) -> Context:
@@ -66,3 +72,24 @@ class Stopwatch:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
+
+
+def ask_role(
+    spec: StageSpec, role: str, update: StageUpdate, call: Callable[[], tuple[T, RoleUsage]], fallback: T
+) -> T:
+    """Ask a role model (`call`), recording its usage in `update`. An unusable reply keeps
+    `fallback` (the deterministic answer); an unavailable model or a spent budget also sets
+    `update["halt"]`, so the stage ends after this step."""
+    t0 = time.perf_counter()
+    try:
+        result, usage = call()
+    except ModelFormatError as e:
+        log.warning(f"{role}.unusable_reply", stage=spec.name, error=str(e)[:200])
+        return fallback
+    except (ModelUnavailableError, BudgetExceeded) as e:
+        update["halt"] = str(e)
+        return fallback
+    update["usage"] = usage_of(
+        f"{spec.name}/{role}", usage.model_copy(update={"seconds": time.perf_counter() - t0})
+    )
+    return result

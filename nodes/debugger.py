@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.records import Attempt, Diagnosis
-from graph.reducers import usage_of
 from graph.stages import StageSpec
 from graph.state import StageState, StageUpdate
-from nodes.common import brief, log, recent, settings_of, thread_of
+from nodes.common import ask_role, brief, log, recent, settings_of, thread_of
 from nodes.deps import Deps
-from nodes.models import BudgetExceeded, DebuggerRequest, ModelFormatError, ModelUnavailableError
+from nodes.models import DebuggerRequest
 
 
 def deterministic_diagnosis(att: Attempt) -> Diagnosis:
@@ -45,16 +42,8 @@ def make_debug_node(spec: StageSpec, deps: Deps):
             req = DebuggerRequest(
                 stage=brief(spec), desc=state["desc"], attempt=att, recent=recent(state, settings.recent_k)
             )
-            t0 = time.perf_counter()
-            try:
-                diagnosis, usage = deps.models(settings, thread_of(runtime)).debugger.diagnose(req)
-                update["usage"] = usage_of(
-                    f"{spec.name}/debugger", usage.model_copy(update={"seconds": time.perf_counter() - t0})
-                )
-            except ModelFormatError as e:
-                log.warning("debugger.unusable_reply", stage=spec.name, error=str(e)[:200])
-            except (ModelUnavailableError, BudgetExceeded) as e:
-                update["halt"] = str(e)
+            models = deps.models(settings, thread_of(runtime))
+            diagnosis = ask_role(spec, "debugger", update, lambda: models.debugger.diagnose(req), diagnosis)
         log.info(
             "debug",
             stage=spec.name,

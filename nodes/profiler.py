@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.records import ProfilerAdvice, ProfileReport
-from graph.reducers import usage_of
 from graph.stages import StageSpec
 from graph.state import StageState, StageUpdate
-from nodes.common import brief, incumbent, log, recent, settings_of, thread_of
+from nodes.common import ask_role, brief, incumbent, log, recent, settings_of, thread_of
 from nodes.deps import Deps
-from nodes.models import BudgetExceeded, ModelFormatError, ModelUnavailableError, ProfilerRequest
+from nodes.models import ProfilerRequest
 
 
 def deterministic_advice(profile: ProfileReport) -> ProfilerAdvice:
@@ -44,16 +41,8 @@ def make_profile_node(spec: StageSpec, deps: Deps):
                 best=incumbent(state),
                 recent=recent(state, settings.recent_k),
             )
-            t0 = time.perf_counter()
-            try:
-                advice, usage = deps.models(settings, thread_of(runtime)).profiler.advise(req)
-                update["usage"] = usage_of(
-                    f"{spec.name}/profiler", usage.model_copy(update={"seconds": time.perf_counter() - t0})
-                )
-            except ModelFormatError as e:
-                log.warning("profiler.unusable_reply", stage=spec.name, error=str(e)[:200])
-            except (ModelUnavailableError, BudgetExceeded) as e:
-                update["halt"] = str(e)
+            models = deps.models(settings, thread_of(runtime))
+            advice = ask_role(spec, "profiler", update, lambda: models.profiler.advise(req), advice)
         log.info(
             "profile",
             stage=spec.name,
