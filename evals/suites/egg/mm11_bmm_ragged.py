@@ -1,10 +1,10 @@
 # family: matmul
 # kind: single-op
-# Batched matmul (100, 500, 1000) @ (100, 1000, 2003): many output tiles, a ragged N.
+# Batched matmul (64, 500, 1000) @ (64, 1000, 2003): many output tiles, a ragged N.
 import torch
 import torch.nn as nn
 
-BATCH = 100
+BATCH = 64
 M = 500
 K = 1000
 N = 2003

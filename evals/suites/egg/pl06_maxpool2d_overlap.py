@@ -1,10 +1,10 @@
 # family: pooling
 # kind: single-op
-# MaxPool2d (kernel 4, stride 1, padding 1): overlapping windows on (32, 64, 509, 511).
+# MaxPool2d (kernel 4, stride 1, padding 1): overlapping windows on (8, 64, 509, 511).
 import torch
 import torch.nn as nn
 
-B = 32
+B = 8
 C = 64
 H = 509
 W = 511
