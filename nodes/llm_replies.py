@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tools import pysource
+
 _OPEN = re.compile(r"^\s*```\s*([A-Za-z0-9_+-]*)\s*$")
 _CLOSE = re.compile(r"^\s*```\s*$")
 _MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
@@ -194,10 +196,13 @@ def _module_assigns(tree: ast.Module) -> dict[str, ast.Assign]:
 
 def read_tunables(source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """(declared search space, values baked in) of a candidate file; ({}, {}) when it declares none."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = pysource.parse(source)
+    if tree is None:
         return {}, {}
+    return _tunables(tree)
+
+
+def _tunables(tree: ast.Module) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     assigns = _module_assigns(tree)
     decl = assigns.get("EGG_TUNABLES")
     if decl is None:
@@ -221,27 +226,15 @@ def read_tunables(source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     return clean, values
 
 
-def _replace_span(source: str, node: ast.expr, text: str) -> str:
-    # ast offsets are UTF-8 byte columns; edit the bytes so non-ASCII comments do not shift them.
-    data = source.encode("utf-8")
-    starts = [0]
-    for line in data.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    assert node.end_lineno is not None and node.end_col_offset is not None
-    a = starts[node.lineno - 1] + node.col_offset
-    b = starts[node.end_lineno - 1] + node.end_col_offset
-    return (data[:a] + text.encode("utf-8") + data[b:]).decode("utf-8")
-
-
 def tunable_variants(source: str, current: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """One rewritten source per declared value not equal to the current one (one name at a time).
 
     `current` overrides the file's own values when deciding what is "current" (the graph passes the
     incumbent's params). Each item is (the full parameter set of the variant, its source)."""
-    space, baked = read_tunables(source)
+    tree = pysource.parse(source)
+    space, baked = _tunables(tree) if tree is not None else ({}, {})
     if not space:
         return []
-    tree = ast.parse(source)
     assigns = _module_assigns(tree)
     out: list[tuple[dict[str, Any], str]] = []
     for name, values in space.items():
@@ -250,5 +243,5 @@ def tunable_variants(source: str, current: dict[str, Any]) -> list[tuple[dict[st
             if v == cur or (isinstance(v, bool) != isinstance(cur, bool)):
                 continue
             params = {**baked, name: v}
-            out.append((params, _replace_span(source, assigns[name].value, repr(v))))
+            out.append((params, pysource.replace(source, assigns[name].value, repr(v))))
     return out

@@ -15,7 +15,10 @@ Everything here is parsing: the source is never executed in this process.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from tools import pysource
 
 
 @dataclass(frozen=True)
@@ -24,16 +27,6 @@ class Site:
 
     kernel: str  # the decorated function's name
     configs: tuple[str, ...]  # each config's source text
-    start: int  # byte offsets of the configs list `[...]` in the UTF-8 source
-    end: int
-
-
-def _dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
 
 
 def _configs_arg(call: ast.Call) -> ast.AST | None:
@@ -43,53 +36,35 @@ def _configs_arg(call: ast.Call) -> ast.AST | None:
     return call.args[0] if call.args else None
 
 
-def sites(source: str) -> list[Site]:
-    """Every autotuned kernel whose configs are a literal list, in source order. A source that
-    does not parse has none (the compile step reports the syntax error)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    data = source.encode()
-    starts = [0]
-    for line in data.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-
-    def off(line: int, col: int) -> int:  # ast columns are UTF-8 byte offsets
-        return starts[line - 1] + col
-
-    out: list[Site] = []
-    for fn in ast.walk(tree):
+def _config_lists(source: str) -> Iterator[tuple[str, ast.List]]:
+    """(kernel name, its literal configs list) of every autotuned kernel, in source order. A
+    source that does not parse has none (the compile step reports why)."""
+    tree = pysource.parse(source)
+    found = []
+    for fn in ast.walk(tree) if tree is not None else ():
         if not isinstance(fn, ast.FunctionDef):
             continue
         for d in fn.decorator_list:
-            if not (isinstance(d, ast.Call) and _dotted(d.func).split(".")[-1] == "autotune"):
-                continue
-            lst = _configs_arg(d)
-            if not isinstance(lst, ast.List) or not lst.elts or lst.end_lineno is None:
-                continue
-            texts = []
-            for e in lst.elts:
-                assert e.end_lineno is not None and e.end_col_offset is not None
-                texts.append(data[off(e.lineno, e.col_offset) : off(e.end_lineno, e.end_col_offset)].decode())
-            assert lst.end_col_offset is not None
-            out.append(
-                Site(
-                    fn.name,
-                    tuple(texts),
-                    off(lst.lineno, lst.col_offset),
-                    off(lst.end_lineno, lst.end_col_offset),
-                )
-            )
-    return sorted(out, key=lambda s: s.start)
+            if isinstance(d, ast.Call) and pysource.dotted_name(d.func).split(".")[-1] == "autotune":
+                lst = _configs_arg(d)
+                if isinstance(lst, ast.List) and lst.elts:
+                    found.append((fn.name, lst))
+    yield from sorted(found, key=lambda f: (f[1].lineno, f[1].col_offset))
+
+
+def sites(source: str) -> list[Site]:
+    """Every autotuned kernel whose configs are a literal list, in source order."""
+    return [
+        Site(kernel, tuple(pysource.segment(source, e) for e in lst.elts))
+        for kernel, lst in _config_lists(source)
+    ]
 
 
 def pin(source: str, kernel: str, config: str) -> str:
     """`source` with the configs list of `kernel`'s autotune decorator replaced by `[config]`."""
-    for s in sites(source):
-        if s.kernel == kernel:
-            data = source.encode()
-            return (data[: s.start] + f"[{config}]".encode() + data[s.end :]).decode()
+    for name, lst in _config_lists(source):
+        if name == kernel:
+            return pysource.replace(source, lst, f"[{config}]")
     raise KeyError(f"no @triton.autotune with a literal configs list on `{kernel}`")
 
 

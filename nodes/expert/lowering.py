@@ -21,7 +21,7 @@ from .assemble import Part, Piece, render
 from .families import library as libfam
 from .graphview import GraphView, Unsupported
 from .hostops import host_expr
-from .partition import Group, Partition, allowed_algorithms, match_group, partition, value_var
+from .partition import NO_MATCH, Group, Partition, allowed_algorithms, match_group, partition, value_var
 
 PARTITION = "partition"
 
@@ -239,7 +239,7 @@ def _lower(desc: TaskDescription, policy: str) -> Lowering:
     except Unsupported as e:
         # Say also why no family took the graph whole: that family saw the whole pattern and
         # names what it lacks (a mask that is not causal), which one node's miss cannot.
-        whole_why = "; ".join(m for m in misses if m and m != "no family matches")
+        whole_why = "; ".join(m for m in misses if m and m != NO_MATCH)
         raise Unsupported(f"{e}; as one kernel: {whole_why}" if whole_why else str(e)) from e
     units = [
         Unit(g.family, g.fam, g.view, g.plan, tag=g.tag, library=g.library, group=g)

@@ -132,6 +132,10 @@ def allowed_algorithms(fam: ModuleType, plan: Any, policy: str) -> list[str]:
     return algos
 
 
+# match_group's message when no family even came close (says nothing about the graph)
+NO_MATCH = "no family matches"
+
+
 def match_group(view: GraphView, policy: str) -> tuple[str, ModuleType, Any, list[str]]:
     """The first family (in FAMILIES order) that lowers the whole of `view` with an algorithm
     the policy allows: (name, module, plan, near misses). Raises Unsupported with the misses."""
@@ -151,7 +155,7 @@ def match_group(view: GraphView, policy: str) -> tuple[str, ModuleType, Any, lis
             misses.append(f"{name}: only library algorithms, which the {policy} policy forbids")
             continue
         return name, fam, plan, misses
-    raise Unsupported("; ".join(misses) if misses else "no family matches")
+    raise Unsupported("; ".join(misses) if misses else NO_MATCH)
 
 
 def _is_anchor(n: OpNode) -> bool:

@@ -74,3 +74,15 @@ def test_several_autotuned_kernels_are_each_swept():
     assert len(autotune.sweep(two)) == 6
     first, notes = autotune.pin_first(two)
     assert [len(s.configs) for s in autotune.sites(first)] == [1, 1] and len(notes) == 2
+
+
+def test_sources_too_deep_to_parse_are_read_as_having_nothing_to_sweep():
+    # A generated expression of 200k terms overflows the AST builder (RecursionError); the agent
+    # reads such a candidate as declaring nothing instead of failing its run.
+    from nodes.llm_replies import read_tunables, tunable_variants
+
+    deep = SRC + "\nX = " + "+".join(["1"] * 200_000) + "\n"
+    assert (
+        autotune.sites(deep) == [] and autotune.sweep(deep) == [] and autotune.pin_first(deep) == (deep, [])
+    )
+    assert read_tunables(deep) == ({}, {}) and tunable_variants(deep, {}) == []

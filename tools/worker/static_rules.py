@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+from tools.pysource import dotted_name
+
 ALLOWED_IMPORTS = {
     "torch",
     "triton",
@@ -122,19 +124,9 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
 def _is_jit_decorator(d: ast.AST) -> bool:
     target = d.func if isinstance(d, ast.Call) else d
-    name = _dotted(target)
+    name = dotted_name(target)
     return name.endswith("jit") or name.endswith("autotune") or name.endswith("heuristics")
 
 
@@ -165,7 +157,7 @@ def static_findings(source: str) -> list[str]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             mutable = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
                 isinstance(value, ast.Call)
-                and _dotted(value.func).split(".")[-1]
+                and dotted_name(value.func).split(".")[-1]
                 in {
                     "dict",
                     "list",
@@ -249,7 +241,7 @@ def static_findings(source: str) -> list[str]:
                 node,
             )
         if isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
+            dotted = dotted_name(node)
             root = dotted.split(".")[0]
             parts = dotted.split(".")
             if root == "torch" and any(p in _LIBRARY_BACKDOORS for p in parts[1:]):
@@ -310,7 +302,7 @@ def static_findings(source: str) -> list[str]:
                     if isinstance(x, ast.Attribute) and _root_name(x) in _PATCHABLE_ROOTS:
                         add(
                             "static.monkey_patch",
-                            f"assigns `{_dotted(x)}` (patching torch/triton/time)",
+                            f"assigns `{dotted_name(x)}` (patching torch/triton/time)",
                             node,
                         )
                     if isinstance(x, ast.Subscript) and _root_name(x) in module_mutables:
