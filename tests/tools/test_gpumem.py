@@ -41,14 +41,16 @@ def _task(src: str):
 
 def test_peak_estimate_follows_shapes_without_allocating():
     one = 1024 * 2048 * 4
-    assert (
-        gpumem.estimate_peak_bytes(_task(ELEMENTWISE)) == (gpumem.INPUT_COPIES + gpumem.OUTPUT_COPIES) * one
-    )
+    assert gpumem.estimate_peak_bytes(_task(ELEMENTWISE)) == (
+        gpumem.INPUT_COPIES + gpumem.OUTPUT_COPIES
+    ) * one + gpumem.compare_bytes(one)
+    # The comparison's temporaries are bounded by its chunk, not by the output's size.
+    assert gpumem.compare_bytes(one) == gpumem.COMPARE_COPIES * one
+    assert gpumem.compare_bytes(64 * GIB) == gpumem.compare_bytes(gpumem.COMPARE_WINDOW_BYTES) < 2 * GIB
     # A row reduction's output is tiny: the inputs dominate.
-    assert (
-        gpumem.estimate_peak_bytes(_task(ROWSUM))
-        == gpumem.INPUT_COPIES * one + gpumem.OUTPUT_COPIES * 1024 * 4
-    )
+    assert gpumem.estimate_peak_bytes(
+        _task(ROWSUM)
+    ) == gpumem.INPUT_COPIES * one + gpumem.OUTPUT_COPIES * 1024 * 4 + gpumem.compare_bytes(1024 * 4)
     big = _task(ELEMENTWISE)
     big.module.N, big.module.M = 1 << 20, 1 << 14  # 64 GiB of input: must not be allocated
     assert gpumem.estimate_peak_bytes(big) > 64 * GIB

@@ -21,10 +21,12 @@ Rule names (stable; each reason is "<rule>: <message>"):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import secrets
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -52,6 +54,9 @@ from tools.worker.judge import RunnerFailure, RunnerProcess
 from tools.worker.laps import Laps
 from tools.worker.runner import scaled
 from tools.worker.static_rules import static_findings
+
+# Elements per comparison chunk (float64 temporaries of about 16 x 128 MiB at most).
+COMPARE_CHUNK = 1 << 24
 
 # (atol, rtol) by output dtype; the candidate is also allowed REF_ERR_MULT x the reference's own error.
 TOLERANCES = {
@@ -108,61 +113,89 @@ def compare(
             )
         stats["max_abs"] = max(stats["max_abs"], 0.0)
         return
-    c64 = c.detach().double()
-    r64 = r64.detach().double()
-    rn64 = rn.detach().double()
-    if not torch.equal(torch.isnan(c64), torch.isnan(r64)):
-        n_bad = int((torch.isnan(c64) != torch.isnan(r64)).sum())
+    # Compared in chunks of flat elements: float64 temporaries of a whole multi-GB output would
+    # need many times its size in GPU memory (and the memory admission would have to reserve it).
+    cf, rf, rnf = c.detach().reshape(-1), r64.detach().reshape(-1), rn.detach().reshape(-1)
+    n = rnf.numel()
+    nan_bad = inf_bad = 0
+    any_overflow = any_finite = False
+    amax = ref_err = 0.0
+    for s, e in _chunks(n):
+        c64, r, rn64 = cf[s:e].double(), rf[s:e].double(), rnf[s:e].double()
+        nan_bad += int((torch.isnan(c64) != torch.isnan(r)).sum())
+        cinf, rinf = torch.isinf(c64), torch.isinf(r)
+        # Where PyTorch's own result in the task's dtype overflowed to Inf but float64 did not, the
+        # candidate can be no more accurate than PyTorch: it must give the same Inf. Those elements
+        # are also left out of the reference-error bar (an Inf there would make the bar infinite).
+        overflow = torch.isinf(rn64) & ~rinf
+        inf_bad += int(((rinf & (c64 != r)) | (overflow & (c64 != rn64)) | (cinf & ~rinf & ~overflow)).sum())
+        any_overflow = any_overflow or bool(overflow.any())
+        finite = torch.isfinite(r) & ~overflow
+        if bool(finite.any()):
+            any_finite = True
+            amax = max(amax, float(r[finite].abs().max()))
+            ref_err = max(ref_err, float((rn64 - r)[finite].abs().max()))
+    if nan_bad:
         raise Rejected(
-            f"nan_parity: trial {trial} output {i}: {n_bad} element(s) NaN in one of candidate/reference "
+            f"nan_parity: trial {trial} output {i}: {nan_bad} element(s) NaN in one of candidate/reference "
             "only (unwritten output memory is poisoned with NaN)"
         )
-    cinf, rinf = torch.isinf(c64), torch.isinf(r64)
-    # Where PyTorch's own result in the task's dtype overflowed to Inf but float64 did not, the
-    # candidate can be no more accurate than PyTorch: it must give the same Inf. Those elements
-    # are also left out of the reference-error bar (an Inf there would make the bar infinite).
-    overflow = torch.isinf(rn64) & ~rinf
-    bad_inf = (rinf & (c64 != r64)) | (overflow & (c64 != rn64)) | (cinf & ~rinf & ~overflow)
-    if bool(bad_inf.any()):
+    if inf_bad:
         raise Rejected(
-            f"nan_parity: trial {trial} output {i}: {int(bad_inf.sum())} element(s) with Inf positions "
+            f"nan_parity: trial {trial} output {i}: {inf_bad} element(s) with Inf positions "
             "or signs that differ from the reference"
         )
-    if bool(overflow.any()):
+    if any_overflow:
         note = "some reference elements overflow to Inf in the task's dtype; the candidate matched them"
         if note not in stats["notes"]:
             stats["notes"].append(note)
-    finite = torch.isfinite(r64) & ~overflow
-    if not bool(finite.any()):
+    if not any_finite:
         return
     atol, rtol, widened = tolerance_for(rn.dtype, tolerance)
     stats["widened"] = stats["widened"] or widened
-    amax = float(r64[finite].abs().max())
     if amax < 10 * atol and tolerance is None:
         # Outputs this small would let anything (even zeros) pass an absolute tolerance: scale it.
         atol = max(amax * 1e-3, 1e-30)
         note = f"tolerance scaled to output magnitude (max |ref| {amax:.2e})"
         if note not in stats["notes"]:
             stats["notes"].append(note)
-    ref_err = float((rn64 - r64)[finite].abs().max())
     bar = max(atol, REF_ERR_MULT * ref_err)
-    err = (c64 - r64)[finite].abs()
-    allowed = bar + rtol * r64[finite].abs()
-    max_abs = float(err.max())
-    rel = float((err / r64[finite].abs().clamp_min(atol)).max())
+    max_abs = rel = 0.0
+    n_bad = n_finite = 0
+    first_bad: tuple[int, float, float] | None = None
+    for s, e in _chunks(n):
+        c64, r, rn64 = cf[s:e].double(), rf[s:e].double(), rnf[s:e].double()
+        finite = torch.isfinite(r) & ~(torch.isinf(rn64) & ~torch.isinf(r))
+        err = torch.where(finite, (c64 - r).abs(), torch.zeros_like(r))
+        mag = torch.where(finite, r.abs(), torch.zeros_like(r))
+        n_finite += int(finite.sum())
+        if err.numel():
+            max_abs = max(max_abs, float(err.max()))
+            rel = max(rel, float((err / mag.clamp_min(atol)).max()))
+        bad = err > bar + rtol * mag
+        k = int(bad.sum())
+        if k and first_bad is None:
+            j = int(bad.nonzero()[0, 0])
+            first_bad = (s + j, float(c64[j]), float(r[j]))
+        n_bad += k
     stats["max_abs"] = max(stats["max_abs"], max_abs)
     stats["max_rel"] = max(stats["max_rel"], rel)
     stats["ref_err"] = max(stats["ref_err"], ref_err)
     stats["atol"], stats["rtol"] = atol, rtol
-    bad = err > allowed
-    if bool(bad.any()):
-        idx = int(bad.nonzero()[0, 0])
+    if first_bad is not None:
+        idx, got, want = first_bad
         raise Rejected(
-            f"mismatch: trial {trial} output {i}: {int(bad.sum())}/{err.numel()} elements out of "
+            f"mismatch: trial {trial} output {i}: {n_bad}/{n_finite} elements out of "
             f"tolerance; max_abs_err {max_abs:.3g} (allowed {bar:.3g} + {rtol:g}*|ref|; reference's own "
-            f"{dtype_name(rn.dtype)} error {ref_err:.3g}); first bad element {idx}: "
-            f"{float(c64[finite][idx]):.6g} vs {float(r64[finite][idx]):.6g}"
+            f"{dtype_name(rn.dtype)} error {ref_err:.3g}); first bad element at flat index {idx}: "
+            f"{got:.6g} vs {want:.6g}"
         )
+
+
+def _chunks(n: int, size: int | None = None):
+    size = size or COMPARE_CHUNK
+    for s in range(0, n, size):
+        yield s, min(n, s + size)
 
 
 # Inputs larger than this come back from the runner only as its claim of being unchanged; smaller
@@ -194,6 +227,19 @@ class Checker:
         self.shapes: list[dict[str, Any]] = []
         self.launches: list[int] = []
         self.claimed_inputs_only = False
+        # Seconds of the judge's own steps over all trials (the runner's are runner.seconds).
+        self.steps: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        t, first = time.monotonic(), name not in self.steps
+        try:
+            yield
+        finally:
+            dt = time.monotonic() - t
+            self.steps[name] = round(self.steps.get(name, 0.0) + dt, 3)
+            if first:  # the first call apart: one-time costs (CUDA libraries, kernel loading)
+                self.steps[name + ".first"] = round(dt, 3)
 
     def ask(self, op: str, **kw: Any) -> dict[str, Any]:
         try:
@@ -260,13 +306,15 @@ class Checker:
         descs = list(r.get("outputs") or [])
         if len(descs) != len(native):
             raise Rejected(f"output.count: trial {name}: {len(descs)} output(s), expected {len(native)}")
-        outs = [self.read(name, i, d, o) for i, (d, o) in enumerate(zip(descs, native, strict=True))]
+        with self.step("judge.read_outputs"):
+            outs = [self.read(name, i, d, o) for i, (d, o) in enumerate(zip(descs, native, strict=True))]
         if verify:
             back = list(r.get("inputs") or [])
             mine = [x for x in inputs if isinstance(x, torch.Tensor)]
             same = len(back) == len(mine)
-            for d, x in zip(back, mine, strict=False):
-                same = same and self._same_input(d, x)
+            with self.step("judge.inputs_unchanged"):
+                for d, x in zip(back, mine, strict=False):
+                    same = same and self._same_input(d, x)
             if not same:
                 raise Rejected(f"inputs.mutated: trial {name}: ModelNew.forward modified its inputs in place")
         else:
@@ -314,18 +362,32 @@ class Checker:
     ) -> None:
         weight_seed = secrets.randbits(31)
         self.ask("build", overrides=overrides, weight_seed=weight_seed)
-        inputs = self.inputs(task, seed, transform)
-        native, full = self.reference(task, weight_seed, inputs)
-        outs = self.call(name, seed, inputs, native, transform=transform)
-        for i, (c, r64, rn) in enumerate(zip(outs, full, native, strict=False)):
-            compare(name, i, c, r64, rn, self.tolerance, self.stats)
-        self.shapes.append(
-            {
-                "trial": name,
-                "sizes": dict(task.sizes),
-                "inputs": [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)],
-            }
-        )
+        shapes = self.one_call(task, name, seed, weight_seed, transform=transform)
+        self.shapes.append({"trial": name, "sizes": dict(task.sizes), "inputs": shapes})
+
+    def one_call(
+        self, task: LoadedTask, name: str, seed: int, weight_seed: int, *, stale: bool = False, **kw: Any
+    ) -> list[list[int]]:
+        """Inputs, references, one candidate forward, the comparison; returns the input shapes.
+        Every tensor of the call dies on return, so consecutive calls never hold two calls'
+        tensors at once (which would double the check's GPU peak). With `stale`, a wrong result
+        is a repeated call's (runtime.stale)."""
+        with self.step("judge.inputs"):
+            inputs = self.inputs(task, seed, kw.get("transform"))
+        with self.step("judge.reference"):
+            native, full = self.reference(task, weight_seed, inputs)
+        outs = self.call(name, seed, inputs, native, **kw)
+        with self.step("judge.compare"):
+            try:
+                for i, (c, r64, rn) in enumerate(zip(outs, full, native, strict=False)):
+                    compare(name, i, c, r64, rn, self.tolerance, self.stats)
+            except Rejected as r:
+                if not stale:
+                    raise
+                raise Rejected(
+                    "runtime.stale: repeated calls return wrong results for fresh inputs (" + r.reason + ")"
+                ) from None
+        return [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
 
     def stale(self, task: LoadedTask, overrides: dict[str, int], seeds: list[int]) -> None:
         """Repeated calls on one instance: new tensors, then the first tensors refilled in place."""
@@ -337,16 +399,7 @@ class Checker:
             ("call 3 (same tensors, new values)", seeds[2], True),
         ]
         for label, seed, reuse in plan:
-            inputs = self.inputs(task, seed, None)
-            native, full = self.reference(task, weight_seed, inputs)
-            outs = self.call(f"stale/{label}", seed, inputs, native, reuse=reuse)
-            try:
-                for i, (c, r64) in enumerate(zip(outs, full, strict=False)):
-                    compare(f"stale/{label}", i, c, r64, native[i], self.tolerance, self.stats)
-            except Rejected as r:
-                raise Rejected(
-                    "runtime.stale: repeated calls return wrong results for fresh inputs (" + r.reason + ")"
-                ) from None
+            self.one_call(task, f"stale/{label}", seed, weight_seed, stale=True, reuse=reuse)
 
     def policy(self) -> tuple[list[str], list[str]]:
         reasons: list[str] = []
@@ -535,5 +588,9 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         "degenerate": deg,
         "seconds": time.monotonic() - t0,
         "launches_per_forward": ck.launches,
-        "phases": {**lap.phases, **{f"runner.{k}": v for k, v in runner.seconds.items()}},
+        "phases": {
+            **lap.phases,
+            **ck.steps,
+            **{f"runner.{k}": v for k, v in runner.seconds.items()},
+        },
     }

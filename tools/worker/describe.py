@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -164,6 +165,47 @@ def _halved_sizes(
     return current
 
 
+# Elements per float64 chunk when describing outputs: a multi-GB output must not need several
+# float64 copies of itself at once (the describe job runs before any memory estimate exists).
+DESCRIBE_CHUNK = 1 << 24
+
+
+def _flat_chunks(x: torch.Tensor):
+    f = x.detach().reshape(-1)
+    for s in range(0, f.numel(), DESCRIBE_CHUNK):
+        yield f[s : s + DESCRIBE_CHUNK].double()
+
+
+def _max_gap(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """(max |x - y| with NaN == NaN, max finite |x|), chunk by chunk."""
+    gap, scale, seen = 0.0, 0.0, False
+    for xd, yd in zip(_flat_chunks(x), _flat_chunks(y), strict=True):
+        both_nan = torch.isnan(xd) & torch.isnan(yd)
+        d = torch.where(both_nan, torch.zeros_like(xd), (xd - yd).abs())
+        if d.numel():
+            m = float(d.max())  # NaN where only one side is NaN: a difference
+            gap = m if math.isnan(m) else max(gap, m)
+            if math.isnan(gap):
+                break
+        fin = xd[torch.isfinite(xd)]
+        if fin.numel():
+            seen = True
+            scale = max(scale, float(fin.abs().max()))
+    return gap, (scale if seen else 1.0)
+
+
+def _finite_range(o: torch.Tensor) -> tuple[float, float, float, int]:
+    """(min, max, max |x|, count) of the finite elements of `o`, chunk by chunk."""
+    lo, hi, amax, n = math.inf, -math.inf, 0.0, 0
+    for f in _flat_chunks(o):
+        fin = f[torch.isfinite(f)]
+        if fin.numel():
+            lo, hi = min(lo, float(fin.min())), max(hi, float(fin.max()))
+            amax = max(amax, float(fin.abs().max()))
+            n += fin.numel()
+    return lo, hi, amax, n
+
+
 def nondeterminism(model: torch.nn.Module, inputs: list[Any], rel: float = 1e-3) -> None:
     """Two runs of the reference on copies of the same inputs must agree: a reference that draws
     random numbers in forward (torch.rand_like, dropout in training mode) cannot verify anything."""
@@ -182,11 +224,7 @@ def nondeterminism(model: torch.nn.Module, inputs: list[Any], rel: float = 1e-3)
             same = torch.equal(x, y)
             gap = 0.0 if same else float("inf")
         else:
-            xd, yd = x.double(), y.double()
-            both_nan = torch.isnan(xd) & torch.isnan(yd)
-            d = torch.where(both_nan, torch.zeros_like(xd), (xd - yd).abs())
-            scale = float(xd[torch.isfinite(xd)].abs().max()) if bool(torch.isfinite(xd).any()) else 1.0
-            gap = float(d.max()) if d.numel() else 0.0
+            gap, scale = _max_gap(x, y)
             same = not (gap != gap) and gap <= rel * max(scale, 1e-30)
         if not same:
             raise BadTask(
@@ -219,17 +257,14 @@ def degenerate_flags(outputs: list[torch.Tensor], atol: float = 1e-4) -> list[st
     for i, o in enumerate(outputs):
         if not o.is_floating_point() or o.numel() == 0:
             continue
-        f = o.detach().double()
-        finite = f[torch.isfinite(f)]
-        if finite.numel() == 0:
+        lo, hi, amax, n_finite = _finite_range(o)
+        if n_finite == 0:
             flags.append(f"output {i} has no finite values")
             continue
-        if finite.numel() > 1 and float(finite.max() - finite.min()) == 0.0:
-            flags.append(f"output {i} is constant ({float(finite.flatten()[0]):.4g})")
-        elif float(finite.abs().max()) < 10 * atol:
-            flags.append(
-                f"output {i} is tiny (max |x| {float(finite.abs().max()):.2e}) vs tolerance {atol:g}"
-            )
+        if n_finite > 1 and hi - lo == 0.0:
+            flags.append(f"output {i} is constant ({lo:.4g})")
+        elif amax < 10 * atol:
+            flags.append(f"output {i} is tiny (max |x| {amax:.2e}) vs tolerance {atol:g}")
     return flags
 
 

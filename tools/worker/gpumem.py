@@ -1,7 +1,8 @@
 """GPU memory admission for workers that share one GPU (several seeds, several eval tasks).
 
 Checking a candidate at the task's real size keeps several full-size copies alive (pristine
-inputs, a float64 reference, the candidate's outputs and the comparison's temporaries), so a
+inputs, a float64 reference, the candidate's outputs; the comparison's float64 temporaries are
+bounded by its chunk), so a
 handful of multi-GB tasks checked at once would run the GPU out of memory. The task's peak is
 estimated from its shapes (a forward pass on the meta device, which allocates nothing) once, by
 its describe job; the toolbox passes it to every later job, and each worker holds that many of
@@ -31,8 +32,17 @@ CONTEXT_BYTES = 2 * 1024**3
 RESERVED_BYTES = 16 * 1024**3
 # Peak bytes per byte of input / of output while checking (copies listed in the docstring).
 INPUT_COPIES = 6
-OUTPUT_COPIES = 20
+OUTPUT_COPIES = 8
 PARAM_COPIES = 4
+# The comparison's float64 temporaries (tools/worker/check.py compares in chunks of
+# COMPARE_CHUNK elements): about 20 bytes per byte of a float32 output, for one chunk at most.
+COMPARE_COPIES = 20
+COMPARE_WINDOW_BYTES = 4 << 24
+
+
+def compare_bytes(out_b: int) -> int:
+    """Peak bytes of the chunked comparison's temporaries for `out_b` bytes of outputs."""
+    return COMPARE_COPIES * min(out_b, COMPARE_WINDOW_BYTES)
 
 
 def _nbytes(xs: Any) -> int:
@@ -65,7 +75,7 @@ def estimate_peak_bytes(task) -> int:
                 out_b = _nbytes(model(*inputs))
         except Exception:  # some ops have no meta kernel: assume outputs as large as the inputs
             out_b = in_b
-    return INPUT_COPIES * in_b + PARAM_COPIES * p_b + OUTPUT_COPIES * out_b
+    return INPUT_COPIES * in_b + PARAM_COPIES * p_b + OUTPUT_COPIES * out_b + compare_bytes(out_b)
 
 
 def units_for(peak_bytes: int, total: int) -> int:
