@@ -8,7 +8,7 @@ from pathlib import Path
 
 from graph.records import TaskSpec
 from tools.protocol import Job
-from tools.sandbox import run_job, sandbox_env
+from tools.sandbox import run_job, sandbox_env, warm_workers_enabled
 from tools.worker.gpulock import LOCK_ENV, gpu_lock
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -36,6 +36,13 @@ def test_evaluate_runs_compile_then_check_in_one_process():
     # other readings go to `gpu`, and on CPU there are no memory shares.
     phases, gpu = res.payload["phases"], res.payload["gpu"]
     assert {"imports", "compile", "check", "compile.record", "check.trials"} <= set(phases)
+    # The judge's own steps inside the trials are timed too (where a check's seconds go).
+    judge = {"check.judge.inputs", "check.judge.reference", "check.judge.read_outputs", "check.judge.compare"}
+    assert judge <= set(phases), sorted(phases)
+    # The warm worker imported torch._dynamo once (the first op under a dispatch mode imports it,
+    # 3-5 s): a job's first reference call does not pay it (tools/worker/server.py).
+    if warm_workers_enabled():
+        assert phases["check.judge.reference.first"] < 1.0, phases
     assert all(isinstance(v, float) and v >= 0 for v in phases.values())
     assert set(gpu) == {"lock_waits"}
     top = sum(v for k, v in phases.items() if "." not in k)

@@ -30,7 +30,11 @@ def _send(obj: dict) -> None:
 
 
 def _preload() -> None:
+    # torch._dynamo: the first op run under any TorchDispatchMode (the op recorders of the judge
+    # and the runner, the flop counter) imports it, 3-5 s; imported here once, not in every job's
+    # judge and again in its runner. It touches no CUDA.
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
