@@ -131,7 +131,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
 def phase_totals(rows: Iterable[Row]) -> dict[str, dict[str, Any]]:
     """Seconds per phase over tasks: {phase: {"total", "median", "tasks"}}, largest total first.
 
-    A row's `phases` maps a phase (describe, compile, check, time, wait, ...) to its seconds in that
+    A row's `phases` maps a phase (describe, compile, check, time, wait_memory, ...) to its seconds in that
     task; the median is over the tasks that report the phase (`tasks` says how many)."""
     per: dict[str, list[float]] = {}
     for r in rows:

@@ -7,8 +7,8 @@ Sources, best first:
   - `tools`: seconds inside the graph's tool nodes (compile, check, time, profile; report usage);
     on a GPU it contains the job phases below;
   - on a GPU, the `tool.evaluate` log lines of optimize.log (one per candidate job): `startup`
-    (interpreter imports, CUDA start-up, process exit), `wait` (memory shares and the exclusive
-    timing lock), `estimate_memory`, `compile`, `check`, `time`.
+    (interpreter imports, CUDA start-up, process exit), `wait_memory` (GPU memory shares),
+    `wait_timing` (the exclusive timing lock), `estimate_memory`, `compile`, `check`, `time`.
 Job phases are summed over jobs, and the jobs of a tuning round run in parallel, so they can add
 up to more than the task's wall time: they say where the machine's seconds went, not the latency.
 """
@@ -25,8 +25,8 @@ _JOB_PHASES = {
     "imports": "startup",
     "cuda_init": "startup",
     "startup_and_exit": "startup",
-    "wait_memory": "wait",
-    "wait_exclusive": "wait",
+    "wait_memory": "wait_memory",
+    "wait_exclusive": "wait_timing",
     "estimate_memory": "estimate_memory",
     "compile": "compile",
     "check": "check",

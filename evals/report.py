@@ -183,7 +183,7 @@ def _plot_speedup_per_task(plt: Any, out: Path, rows: list[dict[str, Any]], capt
     )
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "speedup_per_task.png", dpi=110)
+    fig.savefig(out / "speedup_per_task.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return None
 
@@ -202,8 +202,9 @@ def _plot_fast_p(plt: Any, out: Path, rows: list[dict[str, Any]], caption: str) 
     levels = group_by(rows, "level")
     groups = list(levels.items()) + ([("all tasks", rows)] if len(levels) > 1 else [])
     top = max(measured_speedups(rows, "vs_eager") + measured_speedups(rows, "vs_compile"))
-    pmax = max(2.5, top * 1.1)
-    ps = [pmax * i / 400 for i in range(401)]
+    # A log axis: the thresholds that matter (0.5x-2x) stay readable next to a 30x outlier.
+    pmin, pmax = 0.1, max(2.5, top * 1.1)
+    ps = [pmin * (pmax / pmin) ** (i / 400) for i in range(401)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, which, label in (
         (axes[0], "vs_eager", "eager PyTorch"),
@@ -216,18 +217,21 @@ def _plot_fast_p(plt: Any, out: Path, rows: list[dict[str, Any]], caption: str) 
             total = name == "all tasks"
             ax.step(ps, ys, where="post", color="black" if total else f"C{i}",
                     linewidth=2.2 if total else 1.5, label=f"{name} ({len(grp)})")  # fmt: skip
-            ax.plot([p for p in P_VALUES], [100 * (fast_p(grp, p, which) or 0) for p in P_VALUES], "o",
+            shown = [p for p in P_VALUES if p >= pmin]
+            ax.plot(shown, [100 * (fast_p(grp, p, which) or 0) for p in shown], "o",
                     color="black" if total else f"C{i}", markersize=3)  # fmt: skip
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlim(0, pmax)
+        ax.set_xscale("log")
+        ax.set_xlim(pmin, pmax)
+        _log_ticks(ax, pmin, pmax)
         ax.set_ylim(0, 105)
-        ax.set_xlabel(f"p (speedup threshold vs {label})")
+        ax.set_xlabel(f"p (speedup threshold vs {label}, log scale)")
         ax.set_title(f"fast_p vs {label}", fontsize=9)
         ax.legend(fontsize=7, loc="upper right")
     axes[0].set_ylabel("tasks verified and faster than p (% of all)")
-    fig.suptitle(f"fast_p by level (p = 0: correctness rate)\n{caption}", fontsize=9)
+    fig.suptitle(f"fast_p by level (the correctness rate, p = 0, is in the tables)\n{caption}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "fast_p.png", dpi=110)
+    fig.savefig(out / "fast_p.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return None
 
@@ -278,7 +282,7 @@ def _plot_roofline(plt: Any, out: Path, rows: list[dict[str, Any]], caption: str
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _BOTTLENECK_COLORS.values()]
     fig.legend(handles, [f"{k}-bound" for k in _BOTTLENECK_COLORS], fontsize=7, ncol=3, loc="lower center")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(out / "roofline.png", dpi=110)
+    fig.savefig(out / "roofline.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return None
 
@@ -294,10 +298,13 @@ def _plot_per_family(plt: Any, out: Path, metrics: dict[str, Any], caption: str)
     ax.bar(range(len(vals)), vals, color=["#55a868" if g >= 1 else "#c44e52" for g in vals])
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(vals)), names, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("geomean speedup vs eager")
+    ax.set_yscale("log")  # a 30x family must not flatten the ones near 1x
+    for i, g in enumerate(vals):
+        ax.text(i, g, f"{g:.2f}x", ha="center", va="bottom" if g >= 1 else "top", fontsize=7)
+    ax.set_ylabel("geomean speedup vs eager (log scale)")
     ax.set_title(f"Per family (timed/tasks)\n{caption}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "per_family.png", dpi=110)
+    fig.savefig(out / "per_family.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return None
 
@@ -308,19 +315,24 @@ def _plot_waterfall(plt: Any, out: Path, metrics: dict[str, Any], caption: str) 
         return "no task was timed after every stage"
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(stages) + 2), 4))
     prev = 1.0
+    labels = []
     for i, s in enumerate(stages):
         g = s["geomean_after"]
         base, height = min(prev, g), abs(g - prev) or 0.005
-        ax.bar(i, height, bottom=base, color="#55a868" if g >= prev else "#c44e52")
+        # A stage skipped by every task (not asked for, or nothing to tune) is drawn grey and
+        # named so: its value is the previous stage's kernel carried forward.
+        skipped = set(s.get("outcomes") or {}) <= {"skipped"}
+        labels.append(f"{s['stage']}\n(skipped)" if skipped else s["stage"])
+        ax.bar(i, height, bottom=base, color="#bbbbbb" if skipped else "#55a868" if g >= prev else "#c44e52")
         ax.text(i, max(prev, g), f"{g:.3f}x", ha="center", va="bottom", fontsize=8)
         prev = g
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
-    ax.set_xticks(range(len(stages)), [s["stage"] for s in stages])
+    ax.set_xticks(range(len(stages)), labels)
     ax.set_ylabel("geomean speedup vs eager after stage")
     n = metrics["stage_ablation"]["tasks_with_all_stages_measured"]
-    ax.set_title(f"Stage waterfall ({n} task(s) timed after every stage)\n{caption}", fontsize=9)
+    ax.set_title(f"Stage waterfall ({n} task(s) with a kernel after every stage)\n{caption}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "stage_waterfall.png", dpi=110)
+    fig.savefig(out / "stage_waterfall.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return None
 

@@ -68,7 +68,8 @@ def test_real_eval_smoke_on_gpu(tmp_path: Path) -> None:
         assert r["gpu"] and r["versions_source"] == "report"
         assert r["candidate_p20_ms"] <= r["candidate_ms"] <= r["candidate_p80_ms"], r
         # On a GPU the candidate jobs log their phases: the waits and the steps are visible.
-        assert {"compile", "check", "startup", "wait"} <= set(r["phases"]), r["phases"]
+        assert {"compile", "check", "startup"} <= set(r["phases"]), r["phases"]
+        assert any(k.startswith("wait_") for k in r["phases"]), r["phases"]
     m = json.loads((out / "metrics.json").read_text())
     assert m["overall"]["speedup"]["vs_eager"]["n"] == len(verified)
     assert m["plots"]["speedup_per_task.png"] and m["plots"]["roofline.png"], m["plots_not_drawn"]

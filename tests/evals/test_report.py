@@ -121,13 +121,27 @@ def test_phases_from_usage_and_evaluate_lines() -> None:
         "wait_memory=4.0 wall_s=12.5\n"
         "12:00:20 [info     ] tool.evaluate   compile=2.0 imports=3.0 task=t wall_s=5.0\n"
     )
-    assert job_phases(log) == {"check": 2.5, "compile": 3.0, "startup": 7.0, "wait": 5.0}
+    assert job_phases(log) == {
+        "check": 2.5,
+        "compile": 3.0,
+        "startup": 7.0,
+        "wait_memory": 4.0,
+        "wait_timing": 1.0,
+    }
     rep = {"usage": {"by_stage_role": {
         "algorithm/code": {"seconds": 4.0}, "algorithm/tools": {"seconds": 20.0},
         "tiling/profiler": {"seconds": 1.0}, "tiling/tools": {"seconds": 10.0}}}}  # fmt: skip
     phases, source = task_phases(rep, log)
     assert source == "usage+log"
-    assert phases == {"model": 5.0, "tools": 30.0, "check": 2.5, "compile": 3.0, "startup": 7.0, "wait": 5.0}
+    assert phases == {
+        "model": 5.0,
+        "tools": 30.0,
+        "check": 2.5,
+        "compile": 3.0,
+        "startup": 7.0,
+        "wait_memory": 4.0,
+        "wait_timing": 1.0,
+    }
     assert task_phases(None, "") == ({}, None)
 
 

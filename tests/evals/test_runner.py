@@ -171,7 +171,8 @@ def test_timed_report_and_plots(tmp_path: Path, fake_env: Path, monkeypatch: pyt
     assert all(r["candidate_p20_ms"] < r["candidate_ms"] < r["candidate_p80_ms"] for r in timed)
     assert all(r["dtype"] == "float32" for r in timed)
     # Job phases from the log's tool.evaluate line, model/tool seconds from the report's usage.
-    assert all(r["phases"] == {"check": 1.5, "compile": 0.5, "startup": 2.0, "wait": 0.75, "model": 0.1}
+    assert all(r["phases"] == {"check": 1.5, "compile": 0.5, "startup": 2.0, "wait_memory": 0.5, "wait_timing": 0.25,
+                            "model": 0.1}
                for r in timed)  # fmt: skip
     for png in ("speedup_per_task.png", "fast_p.png", "per_family.png", "stage_waterfall.png"):
         data = (out / png).read_bytes()
