@@ -57,6 +57,28 @@ def test_describe_shrinks_a_small_but_compute_heavy_task_for_the_interpreter(tmp
     assert d.sizes_used["BATCH"] < 64
 
 
+def test_a_network_with_fixed_layers_gets_a_small_batch_for_the_interpreter(tmp_path) -> None:
+    # Channels and image size are written into the layers (like KernelBench's CNNs): only the
+    # batch and the class count are constants. Halving stops at 8 for constants in general, but a
+    # forward still far over the flops budget has its batch halved further, to 2 at the least.
+    src = (
+        "import torch\nimport torch.nn as nn\nbatch_size = 16\nnum_classes = 100\nIMG = 9\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, num_classes):\n        super().__init__()\n"
+        "        self.c1 = nn.Conv2d(3, 64, 5, padding=2)\n        self.c2 = nn.Conv2d(64, 64, 3, padding=1)\n"
+        "        self.fc = nn.Linear(64, num_classes)\n"
+        "    def forward(self, x):\n"
+        "        x = torch.relu(self.c2(torch.relu(self.c1(x))))\n"
+        "        return self.fc(x.mean(dim=(2, 3)))\n"
+        "def get_inputs():\n    return [torch.randn(batch_size, 3, 112, 112)]\n"
+        "def get_init_inputs():\n    return [num_classes]\n"
+    )
+    d = TB.describe(TaskSpec(path=str(tmp_path / "net.py"), name="net", source=src), shrink=True)
+    assert d.sizes_used["batch_size"] == 2, d.sizes_used
+    assert d.inputs[0].shape == [2, 3, 112, 112]
+    assert d.sizes_used["IMG"] == 9  # a constant that is not the leading dim is left alone
+
+
 def test_describe_matmul_flops_params_and_overrides() -> None:
     d = TB.describe(task("matmul", size_overrides={"M": 32}), shrink=False)
     assert d.sizes_used["M"] == 32 and d.outputs[0].shape == [32, 48]
