@@ -31,6 +31,7 @@ cat = load("cat")
 tri = load("tri")
 rnn = load("rnn")
 random = load("random")
+pad = load("pad")
 
 
 @triton.jit
@@ -147,6 +148,26 @@ def check_random() -> None:
     u = random.launch_random((2000,), "cpu", None, False, 7)
     assert 0.0 <= u.min().item() and u.max().item() < 1.0 and abs(u.mean().item() - 0.5) < 0.05
     assert not torch.equal(z, random.launch_random((301, 7), "cpu", None, True, 99))
+
+
+def check_pad() -> None:
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 5, 7, 3)
+    for p, mode, value in (
+        ([0, 0, 2, 1, 3, 0], "constant", -1.5),
+        ([1, 2, 3, 1], "reflect", 0.0),
+        ([1, 2, 3, 1], "replicate", 0.0),
+        ([2, 1, 1, 3], "circular", 0.0),
+        ([-1, 2, 0, -2], "constant", 0.0),  # negative pads crop
+    ):
+        for t in (x, x.transpose(1, 2)):  # any input strides
+            want = F.pad(t, p, mode=mode, value=value) if mode == "constant" else F.pad(t, p, mode=mode)
+            got = pad.launch_pad(t, p, mode, value)
+            assert got.shape == want.shape, (got.shape, want.shape)
+            close(got, want, 0.0)
+    y = torch.randn(2, 2, 3, 4, 5, 6)  # more than 5 dims: the leading ones merge
+    close(pad.launch_pad(y, [1, 1, 2, 0], "constant", 3.0), F.pad(y, [1, 1, 2, 0], value=3.0), 0.0)
 
 
 if __name__ == "__main__":

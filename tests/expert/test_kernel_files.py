@@ -43,6 +43,7 @@ def results() -> dict[str, str]:
         "check_tri",
         "check_rnn",
         "check_random",
+        "check_pad",
     ],
 )
 def test_kernel_file_runs_under_interpreter(results, check):

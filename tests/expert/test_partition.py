@@ -57,6 +57,16 @@ SCAN_DIV = task(
 )
 NORM_MAX = task("", "self.ln = nn.LayerNorm(29)", "return self.ln(x).amax(dim=-1)", "torch.randn(7, 29)")
 SORT_IN_MIDDLE = task("", "", "y = torch.relu(x)\nreturn torch.sort(y, dim=1)[0] * 2.0", "torch.randn(4, 9)")
+# A shifted-window pad after a norm, cropped back by a slice around a residual, then a module
+# pad in another mode: pads are groups of their own between the norm and the tail.
+PAD = task(
+    "",
+    "self.ln = nn.LayerNorm(5)\nself.rp = nn.ReflectionPad2d((1, 2, 2, 1))",
+    'y = F.pad(self.ln(x), [0, 0, 2, 1, 1, 3], "constant", 0)\n'
+    "y = y[:, 1:-3, 2:-1, :].contiguous() + x\n"
+    "return torch.relu(self.rp(y.permute(0, 3, 1, 2))) * 2.0",
+    "torch.randn(3, 7, 9, 5)",
+)
 
 TASKS = {
     "mlp": MLP,
@@ -65,6 +75,7 @@ TASKS = {
     "scan_div": SCAN_DIV,
     "norm_max": NORM_MAX,
     "sort": SORT_IN_MIDDLE,
+    "pad": PAD,
 }
 
 
@@ -118,6 +129,13 @@ def test_reduction_after_norm_and_scan_feeding_a_broadcast(pdescs):
     assert "scan" in fams and len(groups) >= 2
 
 
+def test_pads_are_gather_groups_between_norm_and_tail(pdescs):
+    _, groups = _groups(pdescs["pad"])
+    kernels = [(k, ops) for k, ops in groups if k != "host"]
+    assert [k for k, _ in kernels] == ["rownorm", "pad", "elementwise", "pad", "elementwise"]
+    assert [ops for k, ops in kernels if k == "pad"] == [["pad"], ["reflection_pad2d"]]
+
+
 def test_unsupported_names_the_op_and_its_place(pdescs):
     with pytest.raises(Unsupported) as e:
         partition(GraphView.of(pdescs["sort"]))
@@ -147,7 +165,7 @@ def test_params_are_namespaced_per_group_and_tuning_moves_one_group(pdescs):
 
 def test_each_family_matches_its_group_sub_view(pdescs):
     """A group's sub-view on its own: the family sees outside values as leaves and plans it."""
-    for name in ("mlp", "residual", "cnn", "norm_max", "scan_div"):
+    for name in ("mlp", "residual", "cnn", "norm_max", "scan_div", "pad"):
         view = GraphView.of(pdescs[name])
         for g in partition(view).kernel_groups():
             sv = sub_view(view, g.nodes, g.output)
@@ -166,7 +184,7 @@ def test_whole_graph_family_still_wins_where_it_matches(pdescs, descs):
 def test_partitioned_candidates_verify(pdescs):
     code = ExpertCode()
     jobs, keys = [], []
-    for name in ("mlp", "residual", "cnn", "norm_max", "scan_div"):
+    for name in ("mlp", "residual", "cnn", "norm_max", "scan_div", "pad"):
         r = code.write(request(pdescs[name]))
         assert r.source is not None, (name, r.unsupported)
         jobs += check_jobs(TASKS[name], {}, [r], trials=2)

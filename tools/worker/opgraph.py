@@ -211,6 +211,8 @@ _MODULE_ATTRS = (
     "num_heads",
     "unflattened_size",
     "proj_size",
+    # ConstantPad*d's fill
+    "value",
 )
 
 
