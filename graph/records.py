@@ -136,6 +136,8 @@ class KernelCompileInfo(Record):
     registers: int | None = None
     spills: int | None = None
     shared_bytes: int | None = None
+    # What its dots compiled to on sm_90: "wgmma" (Hopper tensor cores), "mma.sync", or None.
+    mma: str | None = None
     constants: dict[str, Any] = Field(default_factory=dict)
 
 

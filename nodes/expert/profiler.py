@@ -82,6 +82,12 @@ class ExpertProfiler:
                     )
                 elif k.registers is not None and k.registers >= 224:
                     evidence.append(f"{k.name}: {k.registers} registers per thread limits occupancy")
+                if k.mma == "mma.sync":
+                    evidence.append(
+                        f"{k.name}: its dots compile to per-warp mma.sync, not Hopper's warpgroup "
+                        "wgmma (wgmma needs tiles of 64+ rows per 4 warps and operands it can read "
+                        "from shared memory: K-major for TF32)"
+                    )
         far = p.roofline_fraction is None or p.roofline_fraction < FAR
         reasons = algorithm_reasons(req, bottleneck) if far else []
         for text, params in reasons:

@@ -33,6 +33,11 @@ def test_profiler_memory_bound_and_spills(descs):
     assert any("2100 GB/s" in e for e in adv.evidence)
     assert any("spilled" in e for e in adv.evidence) and "spills" in adv.plan
     assert ExpertProfiler().advise(req)[0] == adv
+    comp = CompileReport(ok=True, kernels=[KernelCompileInfo(name="mm", registers=90, mma="mma.sync")])
+    req = req.model_copy(update={"attempt": _attempt(compile=comp)})
+    assert any(
+        "mm: its dots compile to per-warp mma.sync" in e for e in ExpertProfiler().advise(req)[0].evidence
+    )
 
 
 def test_profiler_latency_from_timing(descs):

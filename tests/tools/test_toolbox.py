@@ -112,6 +112,51 @@ def test_compile_reports_registers_and_constants() -> None:
     assert k.constants["BM"] == 32 and k.shared_bytes and k.shared_bytes > 0
 
 
+def test_compile_names_the_mma_its_dots_use() -> None:
+    """64x64 TF32 tiles with unit strides: Hopper's warpgroup MMA; an IEEE fp32 dot: no MMA."""
+    src = (
+        (CORPUS / "good" / "matmul_good.py")
+        .read_text()
+        .replace("BM, BN, BK = 32, 32, 32", "BM, BN, BK = 64, 64, 32")
+    )
+    tf32 = TB.compile(task("matmul"), src.replace('input_precision="ieee"', 'input_precision="tf32"'))
+    ieee = TB.compile(task("matmul"), src)
+    assert tf32.ok and ieee.ok, (tf32.error, ieee.error)
+    assert tf32.kernels[0].mma == "wgmma" and ieee.kernels[0].mma is None
+
+
+def test_compile_specialises_launches_like_triton() -> None:
+    """The compiled program is the launched one: integers equal to 1 become constexprs and
+    16-divisible integers / aligned pointers get divisibility hints, as Triton's launcher does,
+    unless the kernel opts out (do_not_specialize)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tools.worker.compile_job import _specialised, launch_signature
+
+    def k(x_ptr, n, stride, m, BLOCK):
+        pass
+
+    k.__annotations__ = {"BLOCK": "tl.constexpr"}
+    x = torch.empty(64)
+    spec = launch_signature(SimpleNamespace(fn=k), (x, 48, 1, 7), {"BLOCK": 32, "num_warps": 2})
+    assert spec["ones"] == ["stride"] and spec["divisible"] == ["x_ptr", "n"]
+    assert spec["signature"]["stride"] == "i32" and spec["num_warps"] == 2
+
+    def param(name, dns=False):
+        return SimpleNamespace(name=name, do_not_specialize=dns, do_not_specialize_on_alignment=False)
+
+    fn = SimpleNamespace(params=[param("x_ptr"), param("n"), param("stride"), param("m"), param("BLOCK")])
+    sig, consts, attrs = _specialised(fn, spec)
+    assert sig["stride"] == "constexpr" and consts["stride"] == 1 and consts["BLOCK"] == 32
+    assert attrs == {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
+    fn.params[2] = param("stride", dns=True)
+    fn.params[1] = param("n", dns=True)
+    sig, consts, attrs = _specialised(fn, spec)
+    assert sig["stride"] == "i32" and "stride" not in consts and (1,) not in attrs
+
+
 # A candidate the static rules accept, so that it gets as far as being run.
 _WELL_FORMED = """import torch
 import torch.nn as nn

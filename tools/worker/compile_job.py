@@ -62,6 +62,9 @@ def _jsonable(v: Any) -> Any:
 
 
 def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """How Triton's launcher would specialise this launch: argument types, constexprs, and (as
+    the JIT does) integers equal to 1 and 16-divisible integers and 16-byte-aligned pointers,
+    so the compiled program is the one that runs (unit strides give vector loads and wgmma)."""
     import torch
 
     fn = kernel.fn
@@ -72,6 +75,8 @@ def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     bound.apply_defaults()
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
+    ones: list[str] = []
+    divisible: list[str] = []
     for name, param in sig.parameters.items():
         v = bound.arguments.get(name)
         if _is_constexpr(param):
@@ -81,10 +86,16 @@ def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
             )
         elif isinstance(v, torch.Tensor):
             signature[name] = "*" + _DTYPES.get(str(v.dtype).replace("torch.", ""), "fp32")
+            if v.data_ptr() % 16 == 0:
+                divisible.append(name)
         elif isinstance(v, bool):
             signature[name] = "i1"
         elif isinstance(v, int):
             signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+            if v == 1:
+                ones.append(name)
+            elif v % 16 == 0:
+                divisible.append(name)
         elif isinstance(v, float):
             signature[name] = "fp32"
         elif v is None:
@@ -97,9 +108,39 @@ def launch_signature(kernel: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         "name": fn.__name__,
         "signature": signature,
         "constexprs": constexprs,
+        "ones": ones,
+        "divisible": divisible,
         "num_warps": int(opts.get("num_warps", 4)),
         "num_stages": int(opts.get("num_stages", 3)),
     }
+
+
+def _specialised(fn: Any, spec: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any], dict]:
+    """(signature, constexprs, attrs) for ASTSource: the recorded specialisation, less what the
+    kernel opts out of (`do_not_specialize`, `do_not_specialize_on_alignment`)."""
+    signature, constexprs = dict(spec["signature"]), dict(spec["constexprs"])
+    params = {p.name: (i, p) for i, p in enumerate(fn.params)}
+    attrs: dict[tuple[int, ...], list] = {}
+    for name in spec.get("ones", []):
+        i, p = params[name]
+        if not p.do_not_specialize:
+            signature[name] = "constexpr"
+            constexprs[name] = 1
+    for name in spec.get("divisible", []):
+        i, p = params[name]
+        if not (p.do_not_specialize or p.do_not_specialize_on_alignment):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, constexprs, attrs
+
+
+def _mma(ptx: str) -> str | None:
+    """The tensor-core instruction the kernel's dots compiled to: Hopper's asynchronous
+    warpgroup MMA, the synchronous per-warp MMA of earlier GPUs, or none (FMA or no dot)."""
+    if "wgmma.mma_async" in ptx:
+        return "wgmma"
+    if re.search(r"\bmma\.sync\b", ptx):
+        return "mma.sync"
+    return None
 
 
 def _def_lines(source: str) -> dict[str, int]:
@@ -151,7 +192,8 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
                 "error_line": defs.get(spec["name"]),
                 "kernels": kernels,
             }
-        src = ASTSource(fn=obj, signature=spec["signature"], constexprs=spec["constexprs"])
+        signature, constexprs, attrs = _specialised(obj, spec)
+        src = ASTSource(fn=obj, signature=signature, constexprs=constexprs, attrs=attrs)
         try:
             k = triton.compile(
                 src,
@@ -181,6 +223,7 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
                 "registers": regs,
                 "spills": spills,
                 "shared_bytes": int(k.metadata.shared),
+                "mma": _mma(k.asm["ptx"]),
                 "constants": spec["constexprs"],
             }
         )
