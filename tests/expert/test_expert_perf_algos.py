@@ -52,6 +52,12 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
         "gemm",
         "tiled-persistent",
     ),
+    # fp32 operands split once into TF32 high / fp32 low K-major buffers, three TF32 dots per
+    # K step (ragged M, N, K: the split pads K); the tiled seed with the presplit parameters,
+    # which the expert offers only at GPU shapes (large M and N)
+    "mm_presplit": ("mm10_matmul_ragged.py", {"M": 67, "K": 45, "N": 71}, "gemm", "tiled"),
+    # the same over a batch of ragged GEMMs
+    "bmm_presplit": ("mm11_bmm_ragged.py", {"BATCH": 3, "M": 37, "K": 53, "N": 41}, "gemm", "tiled"),
     # K split at launch into chunks (the last one ragged), partials reduced in a second kernel
     "large_k_splitk": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
     # 4x4 windows, stride 1, padding 1: 8 output rows per tile share 11 input rows
@@ -109,6 +115,19 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_stages": 2},
     "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 2},
     "avgpool3d_rows": {"ROWS_OUT": 3, "BLOCK_W": 32},
+    **{
+        case: {
+            "algorithm": "tiled-presplit",
+            "PRECISION": "tf32x3-presplit",
+            "KMAJOR": False,
+            "BLOCK_M": 64,
+            "BLOCK_N": 64,
+            "BLOCK_K": 32,
+            "num_warps": 4,
+            "num_stages": 3,
+        }
+        for case in ("mm_presplit", "bmm_presplit")
+    },
     "convt_tail_nchw": {"CHANNELS_LAST": False},
 }
 
@@ -287,6 +306,32 @@ def test_rownorm_split_row_first_for_few_long_rows(descs):
     src = _reply(descs, "ln_long_split").source
     # LayerNorm: the variance comes out of the mean's pass (two kernels, not three)
     assert "def rn_split_pass1_kernel(" in src and "rn_split_pass2_kernel" not in src
+
+
+def test_presplit_offered_where_the_split_is_cheap_next_to_the_gemm(descs, results):
+    fam, plan = _plan(descs, "mm_presplit")
+    big = fam.algorithms(dataclasses.replace(plan, m=4096, n=4096, k=4096))
+    bmm = fam.algorithms(dataclasses.replace(plan, batch=128, m=512, n=2048, k=1024))
+    # among the first three seeds (a batch puts the persistent grid second)
+    assert big[:2] == ["tiled", "tiled-presplit"] and bmm[:3] == [
+        "tiled",
+        "tiled-persistent",
+        "tiled-presplit",
+    ]
+    # few output columns (long-K 256 x 256) or a short K: the split's traffic would dominate
+    assert "tiled-presplit" not in fam.algorithms(dataclasses.replace(plan, m=256, n=256, k=524288))
+    assert "tiled-presplit" not in fam.algorithms(dataclasses.replace(plan, m=4096, n=4096, k=64))
+    d = fam.defaults(plan, "tiled-presplit")
+    assert d["PRECISION"] == "tf32x3-presplit" and d["KMAJOR"] is False
+    # four fp32 operand tiles a stage: 4 stages of 128 x 64 would not fit shared memory
+    assert fam.valid(
+        plan, dict(d, algorithm="tiled-presplit", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4)
+    )
+    for case in ("mm_presplit", "bmm_presplit"):
+        r = results[case]
+        assert "def tf32_split_kernel(" in r["reply"].source and 'input_precision="tf32"' in r["reply"].source
+        gemm = next(k for k in r["compiled"].kernels if k.name == "gemm_kernel")
+        assert gemm.mma == "wgmma", r["compiled"].kernels
 
 
 def test_gemv_first_for_a_vector_operand(descs):

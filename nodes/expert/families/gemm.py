@@ -9,6 +9,11 @@ Algorithms (the seeds):
                  launch to fill the SMs once)
   tiled-persistent  the tiled kernel on a persistent grid (PROGS_PER_SM programs per SM) walking
                  the output tiles of every batch in grouped order (batched / many-tile GEMMs)
+  tiled-presplit the tiled kernel on fp32 operands split once before it into TF32 high and
+                 fp32 low parts, K-major and K-padded (kernels/tf32split.py), then three plain
+                 TF32 dots per K step ("tf32x3-presplit"): the 3xTF32 accuracy without splitting
+                 every tile in registers inside the K loop (for GEMMs whose M and N are large
+                 enough that the split's extra operand traffic is small next to the MMAs)
 Parameters shared by the tl.dot algorithms: PRECISION (fp32 operands: tf32x3 by default, ieee,
 or tf32 as a last refinement the checker judges; reports show it) and KMAJOR (copy operands that
 are not K-major, or whose K rows are not 16-byte aligned, into K-major buffers with K zero-padded to
@@ -46,6 +51,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
+from ..kernelfiles import kernel_source
 from . import elementwise as ew
 
 VIEW_OPS = {"t", "transpose", "permute", "T", "mT", "getattr"}
@@ -241,6 +247,8 @@ def algorithms(plan: GemmPlan) -> list[str]:
         return algos
     algos = ["tiled"]
     if plan.dtype == "float32":
+        if _presplit_pays(plan):
+            algos.append(PRESPLIT)
         algos.append("tiled-ieee")
     # Split-K pays off only when the output has too few tiles to fill the GPU.
     if plan.k >= 4 * max(plan.m, plan.n, 1) or plan.m * plan.n * plan.batch <= 256 * 256:
@@ -259,7 +267,17 @@ def algorithms(plan: GemmPlan) -> list[str]:
 # Streaming multiprocessors of the target GPU (an H200 has 132): shapes are sized against it.
 SMS = 132
 PERSISTENT = "tiled-persistent"
-DOT_ALGOS = ("tiled", "tiled-ieee", "split-k", PERSISTENT)
+PRESPLIT = "tiled-presplit"
+DOT_ALGOS = ("tiled", "tiled-ieee", "split-k", PERSISTENT, PRESPLIT)
+PRESPLIT_PRECISION = "tf32x3-presplit"
+
+
+def _presplit_pays(plan: GemmPlan) -> bool:
+    """Splitting the operands first writes and re-reads both of them twice: about 16 (M + N) K
+    bytes next to 6 M N K TF32 flops, i.e. under 10% of the MMA time at H200's ~60 flop/byte
+    TF32-tensor-to-HBM balance once 2 M N / (M + N) >= 512 (and a K long enough to pipeline)."""
+    m, n = max(plan.m, 1), max(plan.n, 1)
+    return 2 * m * n / (m + n) >= 512 and plan.k >= 256
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -298,6 +316,8 @@ def _kmajor_default(plan: GemmPlan) -> bool:
 def _precision(plan: GemmPlan, algorithm: str) -> str | None:
     if plan.dtype != "float32":
         return None
+    if algorithm == PRESPLIT:
+        return PRESPLIT_PRECISION
     return "ieee" if algorithm == "tiled-ieee" else "tf32x3"
 
 
@@ -343,13 +363,17 @@ def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
             KMAJOR=False,
         )
         return out
-    if algorithm in ("tiled", "tiled-ieee", PERSISTENT):
+    if algorithm in ("tiled", "tiled-ieee", PERSISTENT, PRESPLIT):
         bm, bn = _fill_tiles(plan)
         out.update(BLOCK_M=bm, BLOCK_N=bn, num_warps=8 if bm * bn >= 128 * 128 else 4)
         if plan.dtype == "float32":
             # 4 stages of 128x32 + 32x128 fp32 operand tiles are 128 KB of shared memory: deeper
             # prefetch for the 3xTF32 MMAs, still one 8-warp program per SM as registers allow.
             out["num_stages"] = 4
+        if algorithm == PRESPLIT:
+            # high and low tiles of both operands: 64 KB a stage at 128x32; the split buffers
+            # are K-major and padded already (no KMAJOR copy)
+            out.update(num_stages=3, KMAJOR=False)
         if algorithm == PERSISTENT:
             out["PROGS_PER_SM"] = 1
     return out
@@ -381,7 +405,8 @@ def dot_tile_problem(params: dict[str, Any]) -> str | None:
     # Shared memory for the pipelined operand tiles (fp32: 4 bytes; one buffer per stage, as
     # Triton 3.6 allocates them for sm_90) must fit in the 227 KB a block may have.
     stages = params.get("num_stages", 3)
-    if (bm * bk + bk * bn) * 4 * max(stages, 1) > 224 * 1024:
+    parts = 2 if params.get("PRECISION") == PRESPLIT_PRECISION else 1  # high and low operand tiles
+    if (bm * bk + bk * bn) * 4 * parts * max(stages, 1) > 224 * 1024:
         return "operand tiles exceed shared memory"
     if bm * bn > 128 * 256:
         return "accumulator too large for the register file"
@@ -415,7 +440,7 @@ def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list
     if params["algorithm"] == GEMV:
         return GEMV_SPACE.get(stage, {})
     sp = dict(sp)
-    if stage == "memory" and params["algorithm"] in DOT_ALGOS:
+    if stage == "memory" and params["algorithm"] in DOT_ALGOS and params["algorithm"] != PRESPLIT:
         sp["KMAJOR"] = [not params.get("KMAJOR", False)]
     if params["algorithm"] == "split-k" and stage == "mapping":
         # SPLIT_K 0 sizes the split at launch (PROGS_PER_SM programs per SM)
@@ -504,8 +529,8 @@ def safer(plan: GemmPlan, params: dict[str, Any], rule: str) -> list[tuple[str, 
                     "3xTF32 dot products in case TF32 rounding exceeds the tolerance",
                 )
             ]
-        if prec == "tf32x3":
-            algo = "tiled-ieee" if params["algorithm"] == "tiled" else params["algorithm"]
+        if prec in ("tf32x3", PRESPLIT_PRECISION):
+            algo = "tiled-ieee" if params["algorithm"] in ("tiled", PRESPLIT) else params["algorithm"]
             return [
                 (
                     "fix:mismatch:ieee",
@@ -580,11 +605,34 @@ def _k_loop(prec: str, indent: str = "") -> list[str]:
     ]
 
 
+def _presplit_k_loop() -> list[str]:
+    """The K loop over operands split before the kernel (kernels/tf32split.py): K-major, padded
+    to BLOCK_K, so no masks; small products first, then the high one, into one accumulator."""
+    tf = 'input_precision="tf32"'
+    return [
+        "al_ptrs = al_ptr + bid * s_ab + ra[:, None] * s_am + rk[None, :] * s_ak",
+        "bl_ptrs = bl_ptr + bid * s_bb + rk[:, None] * s_bk + rb[None, :] * s_bn",
+        "for k0 in range(0, K, BLOCK_K):",
+        "    a = tl.load(a_ptrs)",
+        "    b = tl.load(b_ptrs)",
+        "    al = tl.load(al_ptrs)",
+        "    bl = tl.load(bl_ptrs)",
+        f"    acc = tl.dot(al, b, acc, {tf})",
+        f"    acc = tl.dot(a, bl, acc, {tf})",
+        f"    acc = tl.dot(a, b, acc, {tf})",
+        "    a_ptrs += BLOCK_K * s_ak",
+        "    b_ptrs += BLOCK_K * s_bk",
+        "    al_ptrs += BLOCK_K * s_ak",
+        "    bl_ptrs += BLOCK_K * s_bk",
+    ]
+
+
 def _gemm_kernel(
     plan: GemmPlan, precision: str | None, split: bool, atomic: bool = False, persistent: bool = False
 ) -> str:
     bias_sig = ", bias_ptr" if plan.bias_expr else ""
-    prec = f', input_precision="{precision}"' if precision else ""
+    presplit = precision == PRESPLIT_PRECISION
+    prec = f', input_precision="{precision}"' if precision and not presplit else ""
     L = [
         "pid = tl.program_id(0)",
         "bid = tl.program_id(1).to(tl.int64)",
@@ -649,7 +697,7 @@ def _gemm_kernel(
     else:
         epi, last = _epilogue_lines(plan, "acc")
         L += [
-            *_k_loop(prec),
+            *(_presplit_k_loop() if presplit else _k_loop(prec)),
             *_bias_lines(plan),
             "cmask = (rm < M)[:, None] & (rn < N)[None, :]",
             *epi,
@@ -663,6 +711,8 @@ def _gemm_kernel(
             "GROUP_M: tl.constexpr, EVEN_K: tl.constexpr"
         )
         name = "gemm_kernel"
+        if presplit:
+            sig = sig.replace("a_ptr, b_ptr, ", "a_ptr, b_ptr, al_ptr, bl_ptr, ", 1)
         if persistent:
             # One program per SM (or a few) walks the output tiles of every batch in grouped
             # order: no tail wave of idle SMs, and the next tile's loads start while this
@@ -778,6 +828,9 @@ def _reduce_kernel(plan: GemmPlan) -> str:
     return "@triton.jit\ndef gemm_reduce_kernel(" + sig + "):\n" + "\n".join("    " + ln for ln in L) + "\n"
 
 
+TF32_SPLIT_KERNEL = kernel_source("tf32split.py", "tf32_split_kernel")
+TF32_SPLIT = kernel_source("tf32split.py", "_tf32_split")
+
 _SHAPES = '''
 def _gemm_operands(a, b):
     """(a3, b3, batch, M, N, K, out_shape): both operands as 3-D (batch, rows, cols) views."""
@@ -870,14 +923,28 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     precision = (params.get("PRECISION") or _precision(plan, algo)) if plan.dtype == "float32" else None
     split = algo == "split-k"
     persistent = algo == PERSISTENT
+    presplit = precision == PRESPLIT_PRECISION
+    if presplit and split:
+        raise Unsupported("tf32x3-presplit operands with split-k")
     kernels = [ewops.HELPERS, _gemm_kernel(plan, precision, split, persistent=persistent)]
     if split:
         kernels.append(_reduce_kernel(plan))
+    if presplit:
+        kernels.append(TF32_SPLIT_KERNEL)
     bias_arg = ", bias" if plan.bias_expr else ""
     bm, bn, bk, gm = (int(params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
     warps, stages = int(params["num_warps"]), int(params["num_stages"])
     L, epi, call = _launch_head(plan)
-    if params.get("KMAJOR"):
+    lo_args = ""
+    if presplit:
+        L += [
+            f"    kp = triton.cdiv(K, {bk}) * {bk}",
+            "    a3, al3 = _tf32_split(a3, 2, K, kp)",
+            "    b3, bl3 = _tf32_split(b3, 1, K, kp)",
+            "    K = kp",
+        ]
+        lo_args = "al3, bl3, "
+    elif params.get("KMAJOR"):
         # K-major, K-padded operand copies (layout only): 16-byte async copies into the TF32
         # MMA's shared-memory layout, and a K loop without masks.
         L += [
@@ -919,7 +986,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
             sms,
             f"    tiles = triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}) * nb",
             f"    grid = (max(1, min(tiles, sms * {per_sm})),)",
-            f"    gemm_kernel[grid](a3, b3, c3{bias_arg}, M, N, K, nb, {strides}, c3.stride(0), c3.stride(1), "
+            f"    gemm_kernel[grid](a3, b3, {lo_args}c3{bias_arg}, M, N, K, nb, {strides}, c3.stride(0), c3.stride(1), "
             f"c3.stride(2){epi}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={gm}, "
             f"EVEN_K=(K % {bk} == 0), num_warps={warps}, num_stages={stages})",
             "    return out",
@@ -927,7 +994,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     else:
         L += [
             f"    grid = (triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}), nb)",
-            f"    gemm_kernel[grid](a3, b3, c3{bias_arg}, M, N, K, {strides}, c3.stride(0), c3.stride(1), "
+            f"    gemm_kernel[grid](a3, b3, {lo_args}c3{bias_arg}, M, N, K, {strides}, c3.stride(0), c3.stride(1), "
             f"c3.stride(2){epi}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={gm}, "
             f"EVEN_K=(K % {bk} == 0), num_warps={warps}, num_stages={stages})",
             "    return out",
@@ -938,7 +1005,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     return assemble(
         desc,
         "\n\n".join(kernels),
-        _SHAPES + "\n\n" + "\n".join(L) + "\n",
+        _SHAPES + "\n\n" + (TF32_SPLIT + "\n\n" if presplit else "") + "\n".join(L) + "\n",
         f"return launch_gemm({', '.join(call)})",
         doc,
     )
