@@ -51,6 +51,14 @@ class Context:
         default=STAGE_NAMES, metadata=_doc("stages to run, in order", "EGG_STAGES")
     )
     refine_budget: int = field(default=3, metadata=_doc("refinement attempts in the algorithm stage", None))
+    cpu_refine_budget: int = field(
+        default=1,
+        metadata=_doc(
+            "refinement attempts in the algorithm stage on CPU, where no refinement can be timed "
+            "against its incumbent (at most `refine_budget`)",
+            None,
+        ),
+    )
     tune_budget: int = field(default=6, metadata=_doc("attempts per tuning stage on a GPU", None))
     cpu_tune_budget: int = field(
         default=1, metadata=_doc("attempts per tuning stage on CPU, where nothing is timed", None)
@@ -155,7 +163,11 @@ class Context:
 
     def budget_for(self, stage: str) -> int:
         if stage == "algorithm":
-            return self.refine_budget
+            return (
+                self.refine_budget
+                if self.device == "cuda"
+                else min(self.refine_budget, self.cpu_refine_budget)
+            )
         return self.tune_budget if self.device == "cuda" else self.cpu_tune_budget
 
     def width_for(self, stage: str) -> int:

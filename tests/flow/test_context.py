@@ -42,6 +42,9 @@ def test_cpu_tuning_budget_is_small_and_gpu_budget_full():
     assert Context(device="cpu").budget_for("tiling") == Context().cpu_tune_budget
     assert Context(device="cuda").budget_for("tiling") == Context().tune_budget
     assert Context(device="cuda").budget_for("algorithm") == Context().refine_budget
+    # on CPU a refinement can be verified but never adopted for speed: one shows the step works
+    assert Context(device="cpu").budget_for("algorithm") == Context().cpu_refine_budget == 1
+    assert Context(device="cpu", refine_budget=0).budget_for("algorithm") == 0
 
 
 def test_context_from_json_values_is_coerced_and_validated():
