@@ -39,6 +39,27 @@ def test_describe_shrinks_large_task_keeping_small_constants() -> None:
     assert d.bytes_moved == pytest.approx(2 * 4 * s["BATCH"] * s["DIM"])
 
 
+def test_describe_shrinks_unpacked_and_tuple_size_constants(tmp_path) -> None:
+    # `depth, height, width = ...` and `shape = (n,)` are sizes like `N = ...` (KernelBench writes
+    # both); left at full size they cost the interpreter a quarter of an hour per check.
+    src = (
+        "import torch\nimport torch.nn as nn\nbatch = 16\nheight, width = 256, 512\n"
+        "feat_shape = (4096,)\nkernel = (3, 3)\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "    def forward(self, x, y):\n        return torch.relu(x).sum() + y.sum()\n"
+        "def get_inputs():\n    return [torch.randn(batch, height, width), torch.randn(*feat_shape)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    d = TB.describe(TaskSpec(path=str(tmp_path / "t.py"), name="t", source=src), shrink=True)
+    s = d.sizes_used
+    assert s["height"] < 256 and s["width"] < 512 and s["feat_shape[0]"] < 4096, s
+    assert s["kernel[0]"] == s["kernel[1]"] == 3
+    assert d.inputs[0].shape == [s["batch"], s["height"], s["width"]]
+    assert d.inputs[1].shape == [s["feat_shape[0]"]]
+    assert d.constants["width"] == 512 and d.constants["feat_shape[0]"] == 4096
+
+
 def test_describe_shrinks_a_small_but_compute_heavy_task_for_the_interpreter(tmp_path) -> None:
     # 64 images of 3x32x32 through a 3x3 conv to 64 channels: few elements, ~0.2 GFLOP, which
     # the interpreter would take minutes over; the batch is halved until the flops fit.

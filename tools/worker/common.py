@@ -66,18 +66,28 @@ def _int_literal(v: ast.AST) -> int | None:
 
 def _size_spans(source: str) -> dict[str, tuple[int, ast.AST]]:
     """name -> (value, expression node) of every module-level size constant: `NAME = <int>`
-    (a literal or arithmetic on literals, `M = 16384 * 4`) and each int element of a list
-    constant, named `NAME[i]` (`layer_sizes = [16384, 16384]`; `[1024] * 16` has one)."""
+    (a literal or arithmetic on literals, `M = 16384 * 4`), each name of an unpacked tuple of
+    them (`depth, height, width = 16, 32, 32`), and each int element of a list or tuple
+    constant, named `NAME[i]` (`layer_sizes = [16384, 16384]`, `input_shape = (32768,)`;
+    `[1024] * 16` has one)."""
     out: dict[str, tuple[int, ast.AST]] = {}
     for node in ast.parse(source).body:
-        if not (
-            isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-        ):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
-        name, v = node.targets[0].id, node.value
+        target, v = node.targets[0], node.value
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(v, (ast.Tuple, ast.List)):
+            if len(target.elts) == len(v.elts) and all(isinstance(t, ast.Name) for t in target.elts):
+                for t, e in zip(target.elts, v.elts, strict=True):
+                    val = _int_literal(e)
+                    if val is not None:
+                        out[t.id] = (val, e)  # type: ignore[attr-defined]
+            continue
+        if not isinstance(target, ast.Name):
+            continue
+        name = target.id
         if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mult) and isinstance(v.left, ast.List):
             v = v.left  # [1024] * 16: the repeated element is the size
-        if isinstance(v, ast.List):
+        if isinstance(v, (ast.List, ast.Tuple)):
             elems = [(i, _int_literal(e), e) for i, e in enumerate(v.elts)]
             if elems and all(val is not None for _, val, _ in elems):
                 for i, val, e in elems:
