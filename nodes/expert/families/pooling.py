@@ -150,6 +150,8 @@ def match(view: GraphView) -> PoolPlan | None:
 
 
 ROWS = "row-tiles"
+# Narrowest output row (elements) that row tiles take; narrower rows go to the generic kernel.
+ROW_TILE_MIN_W = 32
 
 
 def algorithms(plan: PoolPlan) -> list[str]:
@@ -210,24 +212,29 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
         kernel, launch = _generic(plan, params)
         return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
     kernel, launch = _rows(plan, params)
+    # Row tiles pay when an output row is at least a warp wide: narrower rows would leave most
+    # lanes of every tile masked (and make many tiny programs), so the generic kernel, one
+    # program per BLOCK output elements, runs instead. Row tiles also unroll the captured
+    # window: a module's geometry is read at run time, and when it is not the captured one
+    # (another configuration of the same module) the generic kernel, whose window is a
+    # constexpr, runs too.
+    generic, glaunch = _generic(plan, {"BLOCK": 256, "num_warps": params["num_warps"]})
+    cond = f"OW >= {ROW_TILE_MIN_W}"
     if plan.geometry:
-        # Row tiles unroll the captured window. A module's geometry is read at run time, and when
-        # it is not the captured one (another configuration of the same module) the generic kernel,
-        # whose window is a constexpr, runs instead.
-        generic, glaunch = _generic(plan, {"BLOCK": 256, "num_warps": params["num_warps"]})
         baked = (
             _pad3(plan.kernel, 1),
             _pad3(plan.stride, 1),
             _pad3(plan.padding, 0),
             _pad3(plan.dilation, 1),
         )
-        kernel += "\n\n" + generic
-        launch = [
-            f"    if (k, s, p, d) == {baked!r}:",
-            *("    " + ln for ln in launch),
-            "    else:",
-            *("    " + ln for ln in glaunch),
-        ]
+        cond = f"(k, s, p, d) == {baked!r} and {cond}"
+    kernel += "\n\n" + generic
+    launch = [
+        f"    if {cond}:",
+        *("    " + ln for ln in launch),
+        "    else:",
+        *("    " + ln for ln in glaunch),
+    ]
     return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
 
 

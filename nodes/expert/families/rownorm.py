@@ -344,19 +344,22 @@ _ROW_BASE = [
 ]
 
 
-def _loads(plan: RowPlan, cols: str, mask: str) -> tuple[list[str], dict[str, str]]:
+def _loads(
+    plan: RowPlan, cols: str, mask: str, per_row: str = "row", row_mask: str | None = None
+) -> tuple[list[str], dict[str, str]]:
     lines: list[str] = []
     env: dict[str, str] = {}
     for lf in plan.leaves:
         p = f"l_{lf.name}"
         v = f"x_{lf.name}"
+        rm = f", mask={row_mask}, other=0.0" if row_mask else ""
         lines += [
             f"if {p}_MODE == 0:",
             f"    {v} = tl.load({p}_ptr + base + {cols} * inner, mask={mask}, other=0.0).to(tl.float32)",
             f"elif {p}_MODE == 1:",
             f"    {v} = tl.load({p}_ptr + {cols}, mask={mask}, other=0.0).to(tl.float32)",
             f"elif {p}_MODE == 2:",
-            f"    {v} = tl.load({p}_ptr + row).to(tl.float32)",
+            f"    {v} = tl.load({p}_ptr + {per_row}{rm}).to(tl.float32)",
             "else:",
             f"    {v} = tl.load({p}_ptr).to(tl.float32)",
         ]
@@ -382,8 +385,17 @@ def _needed(plan: RowPlan, targets: list[str]) -> list[DNode]:
 
 
 def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
-    L = [*_ROW_BASE, "cols = tl.arange(0, BLOCK_N)", "mask = cols < R"]
-    loads, env = _loads(plan, "cols", "mask")
+    """ROWS whole rows per program, each loaded once into registers: a (ROWS, BLOCK_N) tile, so
+    short rows (a LayerNorm over 64 channels) fill the program's lanes instead of leaving most
+    of them masked, and a launch has rows / ROWS programs instead of one per row."""
+    L = [
+        "row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)",
+        "base = ((row // inner) * R * inner + row % inner)[:, None]",
+        "cols = tl.arange(0, BLOCK_N)[None, :]",
+        "rmask = (row < n_rows)[:, None]",
+        "mask = rmask & (cols < R)",
+    ]
+    loads, env = _loads(plan, "cols", "mask", per_row="row[:, None]", row_mask="rmask")
     L += loads
     for i, d in enumerate(plan.nodes):
         var = f"t{i}"
@@ -392,7 +404,7 @@ def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
             L.append(f"{var} = {d.expr(env)}")
         else:
             src = env[d.deps[0]]
-            L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 0)")
+            L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 1, keep_dims=True)")
         env[d.name] = var
     L.append(
         f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
@@ -400,7 +412,7 @@ def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
     return (
         "@triton.jit\ndef rn_whole_row_kernel("
         + sig
-        + ", BLOCK_N: tl.constexpr):\n"
+        + ", n_rows, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
         + "\n".join("    " + x for x in L)
         + "\n"
     )
@@ -704,7 +716,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
             "    block = triton.next_power_of_2(R)",
             f"    if block <= {WHOLE_ROW_MAX}:",
             "        warps = 4 if block <= 1024 else (8 if block <= 4096 else 16)",
-            f"        rn_whole_row_kernel[(rows,)]({args}, {kw}BLOCK_N=block, num_warps=warps)",
+            # rows under 2048 elements share a program: about 2048 elements per tile
+            "        nr = max(1, min(128, 2048 // block))",
+            f"        rn_whole_row_kernel[(triton.cdiv(rows, nr),)]({args}, {kw}n_rows=rows, ROWS=nr, BLOCK_N=block, "
+            "num_warps=warps)",
             "        return out",
         ]
     if algo == SPLIT:
