@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One H200 sitting's measurements for the open issues, as steps that each fit one device call
+# (10 minutes at most). Run on the GPU host from the repository root, carrying the wheelhouse,
+# the KernelBench checkout and the results of earlier calls:
+#
+#   here:  bash ../shared/device/wheelhouse.sh .whl      (after any dependency change)
+#   run(command="bash evals/h200/session.sh STEP", carry=[".whl", ".kb", "out/h200"])
+#   here:  copy the call's files_at/<STEP> to out/h200/<STEP> before the next call of that step
+#
+# A step that did not finish resumes where it stopped: out/h200/<STEP> (carried) is copied to
+# $OUT/<STEP> and `egg eval --resume` skips the tasks that already have a row. Each eval is
+# stopped with SIGINT before the call's limit (EGG_STEP_SECONDS, default 540 s), so every
+# finished row, the report and the plots come back. Steps:
+#
+#   tests    the GPU tests named by issues 10, 12 and 14 (patched timer, cached baselines,
+#            autotuned kernels through the tiling stage, the hostile corpus on cuda)
+#   softmax  examples/softmax.py alone, default budgets, all four stages (issue 12: <= 60 s)
+#   kb       the KernelBench sample (evals/h200/kb_sample.txt, 45 tasks over levels 1-3),
+#            algorithm stage, eager and torch.compile timed in the same jobs (issues 11, 13)
+#   kb-tuned the same tasks with all four stages (issue 13's tuned figures; issue 12's timing)
+#   suite    the project's whole suite, all four stages, default budgets (issue 12)
+set -euo pipefail
+step=${1:?usage: session.sh tests|softmax|kb|kb-tuned|suite}
+out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
+budget=${EGG_STEP_SECONDS:-540}
+export EGG_HOME=$OUT/egg-home LANGGRAPH_CLI_NO_ANALYTICS=1
+
+python3 -m pip install -q --no-index --find-links .whl -e .  # pytest is on the host already
+mkdir -p "$out"
+if [ -d "out/h200/$step" ]; then
+  cp -r "out/h200/$step/." "$out/"
+fi
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+} | tee -a "$out/machine.txt"
+
+# egg eval over a list of KernelBench paths, stopped cleanly before the call's limit
+kb_eval() {
+  local -a tasks
+  mapfile -t tasks < <(sed 's|^|.kb/KernelBench/|' evals/h200/kb_sample.txt)
+  timeout -s INT "$budget" egg eval "${tasks[@]}" --out "$out" --device cuda --resume "$@" \
+    2> >(tee -a "$out/eval.log" >&2) || echo "eval stopped (exit $?): rerun this step to resume"
+  python3 -m evals report "$out" || true
+}
+
+case "$step" in
+  tests)
+    timeout -s INT "$budget" python3 -m pytest -m gpu -q -rA \
+      tests/tools/test_gpu.py tests/tools/test_hostile.py tests/evals/test_gpu_eval.py \
+      2>&1 | tee "$out/pytest.log" || true
+    ;;
+  softmax)
+    /usr/bin/time -v egg optimize examples/softmax.py --device cuda --out "$out/run" \
+      > >(tee "$out/optimize.log") 2> >(tee "$out/time.log" >&2)
+    ;;
+  kb)
+    kb_eval --workers "${EGG_WORKERS:-6}" --seeds 3 --stages algorithm
+    ;;
+  kb-tuned)
+    kb_eval --workers "${EGG_WORKERS:-6}"
+    ;;
+  suite)
+    timeout -s INT "$budget" egg eval evals/suites/egg --out "$out" --device cuda --resume \
+      --workers "${EGG_WORKERS:-8}" 2> >(tee -a "$out/eval.log" >&2) \
+      || echo "eval stopped (exit $?): rerun this step to resume"
+    python3 -m evals report "$out" || true
+    ;;
+  *)
+    echo "unknown step $step" >&2
+    exit 2
+    ;;
+esac
