@@ -221,6 +221,41 @@ def degenerate_flags(row: Row) -> list[str]:
     return flags
 
 
+OUTCOMES = ("verified", "unsupported", "bad_input", "failed")
+
+
+def outcome(row: Row) -> str:
+    """verified, unsupported (no family lowers an op: the run says which), bad_input (the task
+    file), or failed (anything else: a kernel that never verified, a timeout, a crash)."""
+    if row.get("verified") is True:
+        return "verified"
+    if row.get("failure_kind") == "bad_input":
+        return "bad_input"
+    if str(row.get("failure") or "").startswith("unsupported:"):
+        return "unsupported"
+    return "failed"
+
+
+def outcomes(rows: list[Row]) -> dict[str, Any]:
+    """Counts of each outcome per level (and in all), and the unsupported and failed tasks with
+    their reasons: the table of what the expert covers."""
+    per_level: dict[str, dict[str, int]] = {}
+    for lvl, group in [*group_by(rows, "level").items(), ("all", rows)]:
+        counts = dict.fromkeys(OUTCOMES, 0)
+        for r in group:
+            counts[outcome(r)] += 1
+        per_level[lvl] = {"tasks": len(group), **counts}
+    listed = {
+        kind: [
+            {"task": str(r.get("task")), "level": r.get("level"), "reason": str(r.get("failure") or "")}
+            for r in rows
+            if outcome(r) == kind
+        ]
+        for kind in ("unsupported", "bad_input", "failed")
+    }
+    return {"per_level": per_level, **listed}
+
+
 def compute_metrics(rows: list[Row]) -> dict[str, Any]:
     """Everything report.md and metrics.json show."""
     flagged = {str(r.get("task")): f for r in rows if (f := degenerate_flags(r))}
@@ -231,6 +266,7 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
         "per_family": {k: summarize(v) for k, v in group_by(rows, "family").items()},
         "per_level": {k: summarize(v) for k, v in group_by(rows, "level").items()},
         "per_kind": {k: summarize(v) for k, v in group_by(rows, "kind").items()},
+        "outcomes": outcomes(rows),
         "stage_ablation": stage_ablation(rows),
         "phases": phase_totals(rows),
         "degenerate": [{"task": t, "flags": f} for t, f in flagged.items()],

@@ -454,6 +454,20 @@ def render_markdown(
         lines += _table(head, [_summary_row(k, v) for k, v in metrics[key].items()])
         lines += [""]
 
+    lines += ["## Outcomes per level", ""]
+    oc = metrics["outcomes"]
+    lines += _table(
+        ["level", "tasks", "verified", "unsupported", "bad input", "failed"],
+        [[lvl, str(c["tasks"])] + [f"{c[k]} ({100 * c[k] / c['tasks']:.0f}%)" if c["tasks"] else "0"
+                                   for k in ("verified", "unsupported", "bad_input", "failed")]
+         for lvl, c in oc["per_level"].items()],
+    )  # fmt: skip
+    for kind, title in (("unsupported", "Unsupported"), ("bad_input", "Bad input"), ("failed", "Failed")):
+        if oc[kind]:
+            lines += ["", f"{title}:", ""]
+            lines += [f"- {x['task']}: {x['reason'][:300].replace(chr(10), ' ')}" for x in oc[kind]]
+    lines += [""]
+
     lines += ["## Stage ablation (geomean speedup vs eager after each stage)", ""]
     st = metrics["stage_ablation"]
     if st["stages"]:

@@ -104,6 +104,34 @@ def test_per_family_and_level() -> None:
     assert m["per_level"]["level1"]["fast_p"]["vs_eager"]["1.0"] == pytest.approx(0.5)
 
 
+def test_outcomes_per_level_name_unsupported_ops_and_failures() -> None:
+    rows = [
+        row("a", True, level="level1"),
+        row("b", False, level="level1", failure="unsupported: no expert family lowers `sort` at node `sort`"),
+        row("c", False, level="level2", failure="no seed passed verification: mismatch"),
+        row("d", False, level="level2", failure="syntax error in d.py", failure_kind="bad_input"),
+        row("e", True, level="level2"),
+    ]
+    oc = compute_metrics(rows)["outcomes"]
+    assert oc["per_level"]["level1"] == {
+        "tasks": 2,
+        "verified": 1,
+        "unsupported": 1,
+        "bad_input": 0,
+        "failed": 0,
+    }
+    assert oc["per_level"]["level2"] == {
+        "tasks": 3,
+        "verified": 1,
+        "unsupported": 0,
+        "bad_input": 1,
+        "failed": 1,
+    }
+    assert oc["per_level"]["all"]["tasks"] == 5 and oc["per_level"]["all"]["verified"] == 2
+    assert [x["task"] for x in oc["unsupported"]] == ["b"] and "`sort`" in oc["unsupported"][0]["reason"]
+    assert [x["task"] for x in oc["failed"]] == ["c"] and [x["task"] for x in oc["bad_input"]] == ["d"]
+
+
 def test_degenerate_flags_and_exclusion() -> None:
     rows = [
         row("tiny", True, 1.5, eager_ms=0.005),

@@ -90,6 +90,8 @@ def test_cpu_report_gives_fast_0_and_says_why_plots_are_missing(tmp_path: Path) 
     assert "- measured on: CPU (Triton interpreter; no GPU timing) | float32 | torch 2.13.0" in md
     assert "- fast_p.png: not drawn (no verified task was timed (fast_0" in md
     assert "| tools | 150.0 | 50.0 | 3 |" in md and "Source: usage+log" in md
+    # what the expert covers, per level: c failed without a reason, listed
+    assert "| smoke | 3 | 2 (67%) | 0 (0%) | 0 (0%) | 1 (33%) |" in md and "- c: " in md
 
 
 def test_unknown_gpu_gets_no_roofline_instead_of_another_gpus_peaks(tmp_path: Path) -> None:
