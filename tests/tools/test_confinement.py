@@ -85,6 +85,27 @@ def test_runner_confinement_on_this_machine() -> None:
     assert not {"OPENAI_API_KEY", "EGG_GPU_LOCK", "EGG_RESULT_NONCE"} & set(p["env_keys"])
 
 
+def test_a_runtime_under_tmp_stays_visible_but_the_working_directory_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout or virtual environment in /tmp (under the tmpfs every job gets) is bound back
+    into the job read-only; the rest of the import path is not (it holds the job's directory)."""
+    import sys
+
+    repo, venv, job = tmp_path / "repo", tmp_path / "venv", tmp_path / "egg-job-1"
+    site = venv / "lib" / "python3" / "site-packages"
+    for d in (repo / "tools", site, job):
+        d.mkdir(parents=True)
+    monkeypatch.setattr(confine, "_REPO", str(repo))
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setattr(sys, "path", [str(job), "", str(site), str(repo / "tools")])
+    scratch = str(tmp_path.parent)
+    kept = confine._runtime_dirs(scratch)
+    assert str(repo) in kept and str(venv) in kept and str(site) not in kept  # nested in venv
+    assert str(job) not in kept and os.getcwd() not in kept
+    assert confine._runtime_dirs("/nonexistent-scratch") == []
+
+
 def test_warm_pool_forks_jobs_and_kills_a_hung_one() -> None:
     pool = WorkerPool.for_device("cpu")
     t0 = time.monotonic()

@@ -9,7 +9,8 @@ it applies, in order, and what it falls back to when a mechanism is missing:
   exits, the kernel kills every descendant, `setsid` or not), network (no interface but a down
   loopback: no network), mount (a fresh /proc that shows only the namespace's own processes, so
   no other process's environment or memory is reachable; fresh tmpfs on /tmp, /var/tmp and
-  /dev/shm, removed with the namespace; the user's home and the EGG home hidden under empty
+  /dev/shm, removed with the namespace (a Python installation or repository under one of them is
+  bound back read-only); the user's home and the EGG home hidden under empty
   tmpfs; the repository read-only), IPC and UTS. As root these need no user namespace; as any
   other user a user namespace is created first. Missing (a container that forbids unshare):
   no PID, network or mount isolation; the fallbacks below still hold, and `mechanisms` says so;
@@ -215,6 +216,34 @@ def _namespaces(applied: Applied) -> bool:
     return True
 
 
+# Replaced by empty tmpfs inside the job's mount namespace.
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+# The repository root (tools/worker/ is two levels below it).
+_REPO = str(Path(__file__).resolve().parents[2])
+
+
+def _runtime_dirs(scratch: str) -> list[str]:
+    """The directories the job's Python needs that live under `scratch`: its installation
+    (prefixes and site-packages) and the repository, outermost first, none nested in another.
+    Never the rest of the import path: it holds the working directory, which for a job is its
+    own directory on the host's /tmp (with the judge's files)."""
+    import sys
+
+    site = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    found = sorted(
+        {
+            os.path.realpath(p)
+            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, _REPO, *site)
+            if p and os.path.isdir(p)
+        }
+    )
+    out: list[str] = []
+    for p in found:
+        if p.startswith(scratch.rstrip("/") + "/") and not any(p.startswith(q + "/") for q in out):
+            out.append(p)
+    return out
+
+
 def _mounts(cfg: Confinement, applied: Applied) -> str:
     """Inside the new mount namespace: private propagation, a fresh /proc, tmpfs scratch, hidden
     and read-only paths. Returns the work directory (on the private /tmp)."""
@@ -225,9 +254,21 @@ def _mounts(cfg: Confinement, applied: Applied) -> str:
         applied.mechanisms.append("private /proc")
     else:
         applied.missing.append("private /proc")
-    for d in ("/tmp", "/var/tmp", "/dev/shm"):
-        if os.path.isdir(d) and _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0:
-            applied.mechanisms.append(f"private {d}")
+    for d in SCRATCH:
+        # The Python installation or the repository may live under a scratch directory (a
+        # checkout in /tmp): held by a descriptor across the tmpfs mount, then bound back at the
+        # same path (read-only below, like every other path the job may read).
+        keep = [(k, os.open(k, os.O_PATH | os.O_DIRECTORY)) for k in _runtime_dirs(d)]
+        try:
+            if os.path.isdir(d) and _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0:
+                applied.mechanisms.append(f"private {d}")
+                for k, fd in keep:
+                    os.makedirs(k, exist_ok=True)
+                    if _mount(f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC):
+                        applied.missing.append(f"{k} (under {d}) not visible")
+        finally:
+            for _, fd in keep:
+                os.close(fd)
     for p in cfg.hide:
         if (
             p
@@ -236,7 +277,7 @@ def _mounts(cfg: Confinement, applied: Applied) -> str:
         ):
             applied.mechanisms.append(f"hidden {p}")
     # Everything else read-only: the repository, the user's files, the Python installation.
-    scratch = {"/proc", "/tmp", "/var/tmp", "/dev/shm", *cfg.hide}
+    scratch = {"/proc", *SCRATCH, *cfg.hide}
     failed = []
     for mp in _mountpoints():
         if mp in scratch or mp == "/dev" or mp.startswith(("/dev/", "/proc/")) or not os.path.isdir(mp):
