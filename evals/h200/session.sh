@@ -5,8 +5,10 @@
 #
 #   here:  bash ../shared/device/wheelhouse.sh .whl      (after any dependency change)
 #   run(command="bash evals/h200/session.sh STEP", carry=[".whl", ".kb", "out/h200"])
-#   here:  copy the call's files_at/<STEP> to out/h200/<STEP> before the next call of that step
+#   here:  mkdir -p out/h200 && tar -xzf <files_at>/<STEP>.tgz -C out/h200   (before the next call)
 #
+# The device returns at most 8 files a call, so each step leaves one archive, $OUT/<STEP>.tgz,
+# holding its folder; several steps can share one call (`session.sh softmax; session.sh tests`).
 # A step that did not finish resumes where it stopped: out/h200/<STEP> (carried) is copied to
 # $OUT/<STEP> and `egg eval --resume` skips the tasks that already have a row. Each eval is
 # stopped with SIGINT before the call's limit (EGG_STEP_SECONDS, default 540 s), so every
@@ -22,7 +24,8 @@
 #   kb-tuned the same tasks with all four stages (issue 13's tuned figures; issue 12's timing)
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite [PYTEST_ARGS...]}
+shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
 # checkpoints and the baseline cache stay on the host (they would not all fit back through $OUT)
@@ -30,6 +33,8 @@ export EGG_HOME=/tmp/egg-home LANGGRAPH_CLI_NO_ANALYTICS=1
 
 python3 -m pip install -q --no-index --find-links .whl -e .  # pytest is on the host already
 mkdir -p "$out"
+# one archive per step, also when the step is stopped or fails
+trap 'tar -czf "$out.tgz" -C "$(dirname "$out")" "$step" && rm -rf "$out"' EXIT
 if [ -d "out/h200/$step" ]; then
   cp -r "out/h200/$step/." "$out/"
 fi
@@ -42,7 +47,16 @@ fi
 # egg eval over a list of KernelBench paths, stopped cleanly before the call's limit
 kb_eval() {
   local -a tasks
-  mapfile -t tasks < <(sed 's|^|.kb/KernelBench/|' evals/h200/kb_sample.txt)
+  # the levels interleaved, so a run cut short still covers all three
+  mapfile -t tasks < <(python3 -c '
+import sys
+rows = [l.strip() for l in open(sys.argv[1]) if l.strip()]
+levels = [[r for r in rows if r.startswith(f"level{n}/")] for n in (1, 2, 3)]
+for i in range(max(map(len, levels))):
+    for lv in levels:
+        if i < len(lv):
+            print(".kb/KernelBench/" + lv[i])
+' evals/h200/kb_sample.txt)
   timeout -s INT "$budget" egg eval "${tasks[@]}" --out "$out" --device cuda --resume "$@" \
     2> >(tee -a "$out/eval.log" >&2) || echo "eval stopped (exit $?): rerun this step to resume"
   python3 -m evals report "$out" || true
@@ -50,9 +64,11 @@ kb_eval() {
 
 case "$step" in
   tests)
-    timeout -s INT "$budget" python3 -m pytest -m gpu -q -rA --durations=15 \
-      tests/tools/test_gpu.py tests/expert/test_expert_gpu.py tests/evals/test_gpu_eval.py \
-      2>&1 | tee "$out/pytest.log" || true
+    # extra arguments replace the default selection (e.g. one file and -k)
+    if [ $# -eq 0 ]; then
+      set -- tests/tools/test_gpu.py tests/expert/test_expert_gpu.py tests/evals/test_gpu_eval.py
+    fi
+    timeout -s INT "$budget" python3 -m pytest -m gpu -q -rA --durations=15 "$@" 2>&1 | tee "$out/pytest.log" || true
     ;;
   hostile)
     EGG_HOSTILE_TABLE="$out/hostile.md" timeout -s INT "$budget" python3 -m pytest -m gpu -q -rA \
@@ -60,11 +76,12 @@ case "$step" in
     ;;
   softmax)
     t0=$(date +%s%N)
-    egg optimize examples/softmax.py --device cuda --out "$out/run" > >(tee "$out/optimize.log") 2>&1
+    timeout -s INT "$budget" egg optimize examples/softmax.py --device cuda --out "$out/run" \
+      > >(tee "$out/optimize.log") 2>&1 || echo "optimize exit $?" | tee -a "$out/optimize.log"
     echo "end to end: $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$out/optimize.log"
     ;;
   kb)
-    kb_eval --workers "${EGG_WORKERS:-6}" --seeds 3 --stages algorithm
+    kb_eval --workers "${EGG_WORKERS:-6}" --seeds "${EGG_SEEDS:-3}" --stages algorithm
     ;;
   kb-tuned)
     kb_eval --workers "${EGG_WORKERS:-6}"

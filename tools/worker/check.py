@@ -46,8 +46,9 @@ from tools.worker.common import (
     is_oom,
     load_task,
     one_line,
+    same_values,
     to_device,
-    upcast,
+    upcast_copies,
 )
 from tools.worker.gpulock import gpu_lock
 from tools.worker.judge import RunnerFailure, RunnerProcess
@@ -272,7 +273,7 @@ class Checker:
             with rec:
                 native = as_outputs(ref(*clone_inputs(inputs)))
             self.ref_ops.extend(rec.ops)
-            full = as_outputs(ref64(*upcast(clone_inputs(inputs))))
+            full = as_outputs(ref64(*upcast_copies(inputs)))
         return [o.detach() for o in native], full
 
     def inputs(self, task: LoadedTask, seed: int, transform: str | None) -> list[Any]:
@@ -326,10 +327,7 @@ class Checker:
     def _same_input(self, d: dict[str, Any], x: torch.Tensor) -> bool:
         if d.get("shape") != list(x.shape) or d.get("dtype") != dtype_name(x.dtype) or not d.get("written"):
             return False
-        y = channel.read_tensor(self.runner.slab, d, self.device)
-        if x.is_floating_point():
-            return torch.equal(torch.nan_to_num(x.double()), torch.nan_to_num(y.double()))
-        return torch.equal(x, y)
+        return same_values(x, channel.read_tensor(self.runner.slab, d, self.device))
 
     def read(self, name: str, i: int, d: dict[str, Any], want: Any) -> torch.Tensor:
         kind = d.get("type")

@@ -37,6 +37,7 @@ from tools.worker.common import (
     line_in,
     load_task,
     one_line,
+    same_values,
     sync,
     to_device,
 )
@@ -59,10 +60,7 @@ def inputs_equal(a: list[Any], b: list[Any]) -> bool:
         if isinstance(x, torch.Tensor):
             if not isinstance(y, torch.Tensor) or x.shape != y.shape:
                 return False
-            if not torch.equal(
-                torch.nan_to_num(x.double() if x.is_floating_point() else x),
-                torch.nan_to_num(y.double() if y.is_floating_point() else y),
-            ):
+            if not same_values(x, y):
                 return False
     return True
 
