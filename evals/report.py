@@ -288,6 +288,8 @@ def _plot_roofline(plt: Any, out: Path, rows: list[dict[str, Any]], caption: str
 
 
 def _plot_per_family(plt: Any, out: Path, metrics: dict[str, Any], caption: str) -> str | None:
+    import matplotlib.ticker
+
     fams = [(k, v["speedup"]["vs_eager"]["geomean"], v) for k, v in metrics["per_family"].items()]
     fams = [f for f in fams if f[1] is not None]
     if not fams:
@@ -299,6 +301,12 @@ def _plot_per_family(plt: Any, out: Path, metrics: dict[str, Any], caption: str)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(vals)), names, rotation=45, ha="right", fontsize=8)
     ax.set_yscale("log")  # a 30x family must not flatten the ones near 1x
+    # plain "1.2x" tick labels on both the decade and the in-between ticks (not 1.2 x 10^0)
+    ticks = matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:.3g}x")
+    ax.yaxis.set_major_formatter(ticks)
+    # in-between ticks are labelled only where no decade tick would show (a narrow range)
+    narrow = max(vals) / min(vals) < 8
+    ax.yaxis.set_minor_formatter(ticks if narrow else matplotlib.ticker.NullFormatter())
     for i, g in enumerate(vals):
         ax.text(i, g, f"{g:.2f}x", ha="center", va="bottom" if g >= 1 else "top", fontsize=7)
     ax.set_ylabel("geomean speedup vs eager (log scale)")
