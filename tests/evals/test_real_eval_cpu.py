@@ -163,8 +163,12 @@ def test_interrupt_then_resume_skips_finished_tasks(
     full_run: tuple[Path, float], suite: Path, egg_home: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "interrupted"
+    # Ctrl-C's default action in the child, also when this test runs under a shell that started
+    # it in the background (such a shell ignores SIGINT, the child would inherit that, and the
+    # eval would run to its end instead of stopping).
     proc = subprocess.Popen(
-        _eval_cli(suite, out), cwd=REPO, env=_cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _eval_cli(suite, out), cwd=REPO, env=_cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 150
