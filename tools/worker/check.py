@@ -40,6 +40,7 @@ from tools.worker.common import (
     OpRecorder,
     as_outputs,
     categorize,
+    chunk_ranges,
     clone_inputs,
     dtype_name,
     int_constants,
@@ -194,9 +195,7 @@ def compare(
 
 
 def _chunks(n: int, size: int | None = None):
-    size = size or COMPARE_CHUNK
-    for s in range(0, n, size):
-        yield s, min(n, s + size)
+    return chunk_ranges(n, size or COMPARE_CHUNK)
 
 
 # Inputs larger than this come back from the runner only as its claim of being unchanged; smaller

@@ -12,6 +12,7 @@ from tools.worker.common import (
     BadTask,
     InfraFault,
     as_outputs,
+    chunk_ranges,
     dtype_name,
     float_constants,
     int_constants,
@@ -214,8 +215,8 @@ DESCRIBE_CHUNK = 1 << 24
 
 def _flat_chunks(x: torch.Tensor):
     f = x.detach().reshape(-1)
-    for s in range(0, f.numel(), DESCRIBE_CHUNK):
-        yield f[s : s + DESCRIBE_CHUNK].double()
+    for s, e in chunk_ranges(f.numel(), DESCRIBE_CHUNK):
+        yield f[s:e].double()
 
 
 def _max_gap(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
