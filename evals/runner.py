@@ -11,7 +11,14 @@ GPU overlap their compiling and checking, while every timed section holds the pe
 exclusively (tools/worker/gpulock.py), so timing still has the GPU to itself. On CPU there are
 --workers slots in all. "ray" submits each task to Ray (1/--workers of a GPU per task on CUDA)
 and gathers rows the same way. Exit codes: 0 eval completed (whatever the tasks' outcomes),
-2 bad input, 130 interrupted (rows of finished tasks are kept; rerun with --resume).
+2 bad input, 3 the time box ended with tasks left, 130 interrupted (rows of finished tasks are
+kept either way; rerun with --resume).
+
+Time box (`--time-box SECONDS`, for GPU time that comes in slots): a task starts only while enough
+of the box is left, and gets the rest of the box, less a margin for its last job and its final
+timing, as its run budget (`optimize --run-seconds`), so it ends with its best verified kernel
+instead of being killed. A task that reaches that budget without a verified kernel gets no row
+(`--resume` runs it again with a full budget); rows record the budget they had (`run_seconds`).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ _POLL_S = 0.1
 # Config keys that must match on --resume: mixing rows of different models or policies in
 # one report would make every metric meaningless.
 _RESUME_KEYS = ("model", "policy", "stages", "device", "extra_args")
+# The halt reason of a run that used up its wall-time budget (nodes/code.py).
+_RUN_BUDGET_HALT = "run wall-time budget"
 
 
 class EvalUsageError(Exception):
@@ -65,6 +74,28 @@ class EvalConfig:
     eval_id: str
     task_timeout_s: float
     gpus: list[int] = field(default_factory=list)
+    # time.time() at which the time box ends (None: no box)
+    deadline: float | None = None
+
+
+# A fifth of the box, within these bounds.
+_BOX_MARGIN_MIN_S = 30.0
+_BOX_MARGIN_MAX_S = 120.0
+
+
+def time_box_margin(box_s: float) -> float:
+    """Seconds of a time box kept back from each task's run budget (its last candidate job and
+    its final timing run after the budget ends); also the least run budget a task starts with."""
+    return max(_BOX_MARGIN_MIN_S, min(_BOX_MARGIN_MAX_S, 0.2 * box_s))
+
+
+def run_budget(cfg: EvalConfig, box_s: float, now: float | None = None) -> float | None:
+    """The run budget of a task starting now under the time box; None when too little is left
+    to start one (the task is left for --resume)."""
+    assert cfg.deadline is not None
+    margin = time_box_margin(box_s)
+    left = cfg.deadline - (time.time() if now is None else now) - margin
+    return round(left, 1) if left >= margin else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +107,9 @@ def task_dir(cfg: EvalConfig, task: TaskEntry) -> Path:
     return Path(cfg.out) / "tasks" / task.id
 
 
-def build_command(cfg: EvalConfig, task: TaskEntry, thread_id: str | None = None) -> list[str]:
+def build_command(
+    cfg: EvalConfig, task: TaskEntry, thread_id: str | None = None, run_seconds: float | None = None
+) -> list[str]:
     cmd = [
         *cfg.optimize_cmd,
         task.path,
@@ -88,6 +121,8 @@ def build_command(cfg: EvalConfig, task: TaskEntry, thread_id: str | None = None
     ]  # fmt: skip
     if cfg.stages:
         cmd += ["--stages", ",".join(cfg.stages)]
+    if run_seconds is not None:
+        cmd += ["--run-seconds", f"{run_seconds:g}"]
     return cmd + list(cfg.extra_args)
 
 
@@ -118,8 +153,10 @@ def run_task(
     task: TaskEntry,
     gpu: int | None,
     should_stop: Callable[[], bool] = lambda: False,
+    run_seconds: float | None = None,
 ) -> dict[str, Any] | None:
-    """Run optimize on one task and return its row; None when stopped by the eval itself.
+    """Run optimize on one task and return its row; None when stopped by the eval itself (an
+    interrupt, the end of the time box, or a time-boxed run budget used up with no kernel).
 
     gpu: the physical GPU this task owns (CUDA_VISIBLE_DEVICES=gpu), or None to leave the
     environment's devices alone (Ray has already set them). On CPU all GPUs are hidden.
@@ -146,7 +183,7 @@ def run_task(
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    cmd = build_command(cfg, task, thread_id)
+    cmd = build_command(cfg, task, thread_id, run_seconds)
     log_path = tdir / "optimize.log"
     t0 = time.monotonic()
     timed_out = False
@@ -162,7 +199,7 @@ def run_task(
             )
         try:
             while proc.poll() is None:
-                if should_stop():
+                if should_stop() or (cfg.deadline is not None and time.time() > cfg.deadline):
                     _kill_group(proc)
                     return None
                 if time.monotonic() - t0 > cfg.task_timeout_s:
@@ -178,9 +215,18 @@ def run_task(
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
     wall = time.monotonic() - t0
-    return build_row(
-        cfg, task, gpu, exit_code=proc.returncode, wall=wall, timed_out=timed_out, thread_id=thread_id
-    )
+    row = build_row(
+        cfg, task, gpu, exit_code=proc.returncode, wall=wall, timed_out=timed_out, thread_id=thread_id,
+        run_seconds=run_seconds,
+    )  # fmt: skip
+    if run_seconds is not None and not row["verified"] and _RUN_BUDGET_HALT in str(row.get("halt") or ""):
+        # The time box, not the task, ended this run: no row, so --resume runs it in full.
+        print(
+            f"egg eval: {task.id}: time box reached before a verified kernel; left for --resume",
+            file=sys.stderr,
+        )
+        return None
+    return row
 
 
 def _tokens(usage: Any) -> dict[str, int]:
@@ -238,6 +284,7 @@ def build_row(
     timed_out: bool = False,
     launch_error: str | None = None,
     thread_id: str | None = None,
+    run_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The results.jsonl row for a finished task, from its exit code and report.json."""
     tdir = task_dir(cfg, task)
@@ -371,6 +418,10 @@ def build_row(
         "sizes_used": rep.get("sizes_used") or {},
         "wall_s": round(wall, 3),
         "optimize_wall_s": _f(rep.get("wall_s")),
+        # The run's wall-time budget from the eval's time box (None: none), and why the run
+        # stopped early (a budget), as its report says.
+        "run_seconds": run_seconds,
+        "halt": rep.get("halt") if isinstance(rep.get("halt"), str) else None,
         "phases": phases,
         "phases_source": phases_source,
         "versions": versions,
@@ -643,23 +694,35 @@ def _run_local(
     slots: list[int | None],
     on_start: Callable[[str], None],
     on_row: Callable[[dict[str, Any]], None],
-) -> bool:
-    """Run tasks on the given slots; returns False when interrupted."""
+    time_box_s: float | None = None,
+) -> str:
+    """Run tasks on the given slots; returns "completed", "interrupted", or "time_box" when the
+    time box ended with tasks left."""
     q: queue.Queue[TaskEntry] = queue.Queue()
     for t in todo:
         q.put(t)
     stop = threading.Event()
     errors: list[BaseException] = []
 
+    boxed_out: list[str] = []
+
     def worker(gpu: int | None) -> None:
         while not stop.is_set():
+            budget = None
+            if time_box_s is not None:
+                budget = run_budget(cfg, time_box_s)
+                if budget is None:
+                    boxed_out.append("time box")
+                    return
             try:
                 t = q.get_nowait()
             except queue.Empty:
                 return
             try:
                 on_start(t.id)
-                row = run_task(cfg, t, gpu, stop.is_set)
+                row = run_task(cfg, t, gpu, stop.is_set, run_seconds=budget)
+                if row is None and not stop.is_set():
+                    boxed_out.append(t.id)
                 if row is not None and not stop.is_set():
                     on_row(row)
             except BaseException as e:  # an eval bug, not a task failure: stop everything
@@ -679,10 +742,10 @@ def _run_local(
         stop.set()
         for th in threads:
             th.join()
-        return False
+        return "interrupted"
     if errors:
         raise errors[0]
-    return True
+    return "time_box" if boxed_out else "completed"
 
 
 def _ray_task(cfg_dict: dict[str, Any], task_dict: dict[str, Any]) -> dict[str, Any] | None:
@@ -824,10 +887,12 @@ def eval_command(
     extra_args: list[str] | None = None,
     optimize_cmd: list[str] | None = None,
     task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
+    time_box_s: float | None = None,
 ) -> int:
     """Run optimize over every task under `paths`, write DIR/results.jsonl and the report.
 
-    Returns 0 when the eval completed, 2 on bad input, 130 when interrupted.
+    Returns 0 when the eval completed, 2 on bad input, 3 when the time box ended with tasks
+    left, 130 when interrupted.
     """
     from evals.metrics import latest_rows
     from evals.report import write_report
@@ -845,6 +910,14 @@ def eval_command(
             raise EvalUsageError("--workers must be >= 1")
         if ray_address and backend != "ray":
             raise EvalUsageError("--ray-address needs --backend ray")
+        if time_box_s is not None:
+            if backend != "local":
+                raise EvalUsageError("--time-box needs --backend local (Ray decides when tasks start)")
+            if not time_box_s > 2 * time_box_margin(time_box_s):
+                raise EvalUsageError(
+                    f"--time-box {time_box_s:g} leaves no time to run a task: it needs more than "
+                    f"{2 * time_box_margin(time_box_s):g} s (a margin for the last job, and as much to run)"
+                )
         _check_run_settings(model, stages, policy)
         tasks = discover(paths)
         dev, gpu_list = resolve_devices(device, gpus)
@@ -870,6 +943,7 @@ def eval_command(
         extra_args=list(extra_args or []),
         optimize_cmd=list(optimize_cmd) if optimize_cmd else [sys.executable, "-m", "graph.cli", "optimize"],
         backend=backend, eval_id=eval_id, task_timeout_s=task_timeout_s, gpus=gpu_list,
+        deadline=None if time_box_s is None else time.time() + time_box_s,
     )  # fmt: skip
     done_ids = {r["task"] for r in existing}
     todo = [t for t in tasks if t.id not in done_ids]
@@ -894,19 +968,20 @@ def eval_command(
             raise KeyboardInterrupt
 
         prev_term = signal.signal(signal.SIGTERM, _on_term)
-    completed = False
+    outcome = "interrupted"
     try:
         if not todo:
-            completed = True
+            outcome = "completed"
         elif backend == "ray":
-            completed = _run_ray(cfg, todo, workers, ray_address, progress.started, on_row)
+            ok = _run_ray(cfg, todo, workers, ray_address, progress.started, on_row)
+            outcome = "completed" if ok else "interrupted"
         else:
             slots: list[int | None] = (
                 [g for g in gpu_list for _ in range(workers)] if dev == "cuda" else [None] * workers
             )
-            completed = _run_local(cfg, todo, slots, progress.started, on_row)
+            outcome = _run_local(cfg, todo, slots, progress.started, on_row, time_box_s)
     except KeyboardInterrupt:
-        completed = False
+        outcome = "interrupted"
     except EvalUsageError as e:
         progress.close()
         return fail(str(e))
@@ -915,11 +990,13 @@ def eval_command(
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)
 
+    completed = outcome == "completed"
     rows = [r for r in latest_rows(results.load()) if r["task"] in task_ids]
     written = write_report(out_dir, rows, html=html, complete=completed, total_tasks=len(tasks))
     if not completed:
-        print(f"egg eval: interrupted; {len(rows)}/{len(tasks)} task(s) recorded in {results.path}; "
+        why = f"the time box of {time_box_s:g} s ended" if outcome == "time_box" else "interrupted"
+        print(f"egg eval: {why}; {len(rows)}/{len(tasks)} task(s) recorded in {results.path}; "
               "rerun with --resume to finish", file=sys.stderr)  # fmt: skip
-        return 130
+        return 3 if outcome == "time_box" else 130
     print(f"egg eval: {len(rows)} task(s); report: {written['report_md']}")
     return 0

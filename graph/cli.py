@@ -762,6 +762,14 @@ def eval_(
         int | None, typer.Option(help="parallel tuning variants (passed to optimize)")
     ] = None,
     checkpoint_url: StoreOpt = None,
+    time_box: Annotated[
+        float | None,
+        typer.Option(
+            "--time-box",
+            help="wall seconds for the whole eval: tasks start while enough is left and end with "
+            "their best verified kernel before it ends (exit 3 with tasks left: rerun with --resume)",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="print a JSON summary on stdout (progress goes to stderr)")
     ] = False,
@@ -793,6 +801,7 @@ def eval_(
             backend=backend,
             ray_address=ray_address,
             html=html,
+            time_box_s=time_box,
             extra_args=[
                 arg
                 for flag, value in (

@@ -34,6 +34,8 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
         "verified": verified,
         "status": status,
         "failure": None if verified else (values.get("failure") or values.get("halt") or status),
+        # why the run stopped early (its wall-time or token budget), also when it verified
+        "halt": values.get("halt"),
         "thread_id": thread_id,
         "task": task.name if task else values.get("task_path"),
         "task_path": task.path if task else values.get("task_path"),

@@ -3,7 +3,10 @@
 Parses the optimize CLI contract, then behaves according to the task's file stem:
 FAKE_OPT_MODES="stem=mode,..." with mode one of ok | nokernel | badinput | crash | hang |
 noreport | lie | orphan; stems containing "degenerate" get a checker degenerate note; stems containing "sort" default to nokernel, others to ok.
-FAKE_OPT_SLEEP: seconds to sleep before finishing (for resume/interrupt tests).
+FAKE_OPT_SLEEP: seconds to sleep before finishing (for resume/interrupt tests);
+FAKE_OPT_SLEEPS="stem=seconds,..." per task. With --run-seconds shorter than the sleep, the run
+stops at its budget as optimize does (report "halt"): mode ok still verifies (a kernel was found
+before the budget ended), mode late has none yet (exit 1).
 FAKE_OPT_TIMING=1: write GPU-like timing (deterministic per task, with p20/p80) instead of
 timing=null, and log one `tool.evaluate` line with job phases as the real optimize does on a GPU.
 FAKE_OPT_LOG: file to which each invocation appends "<stem> <CUDA_VISIBLE_DEVICES>".
@@ -31,6 +34,7 @@ def main() -> int:
     ap.add_argument("--policy", required=True, choices=["strict", "mixed"])
     ap.add_argument("--stages")
     ap.add_argument("--seeds", type=int)
+    ap.add_argument("--run-seconds", type=float)
     a = ap.parse_args()
     stem = Path(a.task).stem
     modes = dict(kv.split("=", 1) for kv in os.environ.get("FAKE_OPT_MODES", "").split(",") if "=" in kv)
@@ -38,7 +42,15 @@ def main() -> int:
     if log := os.environ.get("FAKE_OPT_LOG"):
         with open(log, "a") as f:
             f.write(f"{stem} {os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}\n")
-    time.sleep(float(os.environ.get("FAKE_OPT_SLEEP", "0")))
+    sleeps = dict(kv.split("=", 1) for kv in os.environ.get("FAKE_OPT_SLEEPS", "").split(",") if "=" in kv)
+    sleep_s = float(sleeps.get(stem, os.environ.get("FAKE_OPT_SLEEP", "0")))
+    halt = None
+    if a.run_seconds is not None and sleep_s > a.run_seconds:
+        sleep_s = a.run_seconds
+        halt = f"run wall-time budget of {a.run_seconds:g} s exhausted"
+    time.sleep(sleep_s)
+    if mode == "late":
+        mode = "nokernel" if halt else "ok"
     if mode == "orphan":  # leave a sandbox-worker-like child running, then finish normally
         import subprocess
 
@@ -87,7 +99,8 @@ def main() -> int:
         "roofline_fraction": 0.5 if timing else None, "bottleneck": "memory",
         "usage": {"by_stage_role": {"algorithm/code": usage}, "total": usage},
         "check": {"accepted": verified, "degenerate": degenerate} if verified else None,
-        "failure": None if verified else ("bad input: fake" if mode == "badinput" else "no verified kernel: fake"),
+        "failure": None if verified else ("bad input: fake" if mode == "badinput" else halt or "no verified kernel: fake"),
+        "halt": halt,
         "wall_s": 0.01, "env": {"gpu": None, "torch": "fake", "triton": "fake"},
     }  # fmt: skip
     (out / "report.json").write_text(json.dumps(report))

@@ -11,7 +11,7 @@ import pytest
 from eval_helpers import REPO, SMOKE
 
 OPTIONS = ["--resume", "--device", "--workers", "--gpus", "--model", "--stages", "--policy", "--backend", "--html",
-           "--out", "--ray-address"]  # fmt: skip
+           "--out", "--ray-address", "--time-box"]  # fmt: skip
 
 
 def _egg_eval(*args: str) -> subprocess.CompletedProcess[str]:
@@ -44,6 +44,7 @@ def test_help_lists_every_option() -> None:
         (["{smoke}", "--out", "{tmp}/o", "--stages", "algorithm,fusion"], "unknown stage(s) ['fusion']"),
         (["{smoke}", "--out", "{tmp}/o", "--model", "gpt-4o"], "unknown model 'gpt-4o'"),
         (["{smoke}", "--out", "{tmp}/o", "--ray-address", "auto"], "--ray-address needs --backend ray"),
+        (["{smoke}", "--out", "{tmp}/o", "--time-box", "45"], "--time-box 45 leaves no time to run a task"),
         (["{repo}/evals/metrics.py", "--out", "{tmp}/o"], "not a KernelBench-format task"),
         (["{smoke}", "--out", "{tmp}/o", "--no-such-flag"], "No such option: --no-such-flag"),
         (["{smoke}"], "Missing option '--out'"),

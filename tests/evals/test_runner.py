@@ -357,3 +357,65 @@ def test_resolve_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234abcd")
     with pytest.raises(EvalUsageError):
         detect_gpus()
+
+
+def test_time_box_ends_tasks_with_their_kernels_and_leaves_the_rest(
+    tmp_path: Path, fake_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--time-box: each task gets the rest of the box as its run budget; one cut short with a
+    kernel keeps its row (budget and halt recorded), one cut short without a kernel and one never
+    started get no row, the eval exits 3, and --resume runs exactly those two in full."""
+    import evals.runner as runner
+
+    monkeypatch.setattr(runner, "_BOX_MARGIN_MIN_S", 0.5)
+    monkeypatch.setattr(runner, "_BOX_MARGIN_MAX_S", 0.5)
+    tasks = copy_tasks(tmp_path / "lvl", {"a_ok": "s02_softmax", "b_cut": "s02_softmax",
+                                          "c_late": "s02_softmax", "d_rest": "s02_softmax"})  # fmt: skip
+    out = tmp_path / "ev"
+    monkeypatch.setenv("FAKE_OPT_MODES", "c_late=late")
+    monkeypatch.setenv("FAKE_OPT_SLEEPS", "a_ok=0.5,b_cut=30,c_late=30,d_rest=0.1")
+    t0 = time.monotonic()
+    rc = eval_command(
+        [str(tasks)], out=str(out), device="cpu", workers=2, optimize_cmd=FAKE_CMD, time_box_s=7.0
+    )
+    took = time.monotonic() - t0
+    assert rc == 3
+    assert took < 7.0 + 3.0, f"the box was 7 s, the eval took {took:.1f} s"
+    rows = {r["task"]: r for r in rows_of(out)}
+    assert set(rows) == {"lvl__a_ok", "lvl__b_cut"}
+    a, b = rows["lvl__a_ok"], rows["lvl__b_cut"]
+    assert a["verified"] and a["halt"] is None and 5.5 < a["run_seconds"] <= 6.5
+    # b ran to its budget (the box less the margin) and kept the kernel it had found
+    assert b["verified"] and "wall-time budget" in b["halt"] and 5.5 < b["run_seconds"] <= 6.5
+    # c started after a with what was left of the box and had no kernel when that ended; d never
+    # started (less than the margin was left)
+    started = [stem for stem, _ in invocations(fake_env)]
+    assert sorted(started) == ["a_ok", "b_cut", "c_late"]
+    assert "Partial" in (out / "report.md").read_text()
+
+    fake_env.unlink()
+    monkeypatch.setenv("FAKE_OPT_SLEEPS", "c_late=0.1,d_rest=0.1")
+    rc = eval_command([str(tasks)], out=str(out), device="cpu", workers=1, optimize_cmd=FAKE_CMD, resume=True)
+    assert rc == 0
+    assert [stem for stem, _ in invocations(fake_env)] == ["c_late", "d_rest"]
+    rows = {r["task"]: r for r in rows_of(out)}
+    assert all(r["verified"] for r in rows.values()) and len(rows) == 4
+    assert rows["lvl__c_late"]["run_seconds"] is None and rows["lvl__c_late"]["halt"] is None
+
+
+def test_time_box_too_short_or_with_ray_is_bad_input(tmp_path: Path, fake_env: Path) -> None:
+    tasks = copy_tasks(tmp_path / "lvl", {"a": "s02_softmax"})
+    rc = eval_command(
+        [str(tasks)], out=str(tmp_path / "o1"), device="cpu", optimize_cmd=FAKE_CMD, time_box_s=50.0
+    )
+    assert rc == 2
+    rc = eval_command(
+        [str(tasks)],
+        out=str(tmp_path / "o2"),
+        device="cpu",
+        optimize_cmd=FAKE_CMD,
+        time_box_s=600.0,
+        backend="ray",
+    )
+    assert rc == 2
+    assert not invocations(fake_env)
