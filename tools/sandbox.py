@@ -339,7 +339,7 @@ def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResu
             proc: _Cold | _Warm = _Warm(WorkerPool.for_device(job.device), workdir, nonce)
         else:
             proc = _Cold(python or sys.executable, workdir, job, nonce)
-        rc = proc.wait(timeout_s)
+        rc, waited = _wait_job(proc, Path(workdir) / WAIT_NOTE, timeout_s)
         timed_out = rc is None
         # Whatever the job left running in its session goes too (its runner dies with it).
         proc.kill()
@@ -347,9 +347,40 @@ def run_job(job: Job, *, timeout_s: float, python: str | None = None) -> JobResu
             rc = proc.reap()
         seconds = time.monotonic() - t0
         stdout_tail, stderr_tail = proc.tails()
+        if timed_out and waited >= MAX_GPU_WAIT_S:
+            # it spent its time queueing for the GPU behind other jobs: the machine's fault
+            return JobResult(
+                kind=job.kind, ok=False, error_kind="infra", exit_code=rc, seconds=seconds,
+                error=f"{job.kind} job waited {waited:.0f} s for the GPU's memory or lock and was stopped",
+                stdout_tail=stdout_tail, stderr_tail=stderr_tail,
+            )  # fmt: skip
         return _interpret(
             job, rc, timed_out, timeout_s, result_path, nonce, stdout_tail, stderr_tail, seconds
         )
+
+
+# The file a worker notes its waits for the GPU in (tools/worker/gpulock.py, __main__.py), and
+# how long a job may wait in all before the wait itself is a fault of the machine.
+WAIT_NOTE = "waited"
+MAX_GPU_WAIT_S = 1800.0
+
+
+def _wait_job(proc: _Cold | _Warm, note: Path, timeout_s: float) -> tuple[int | None, float]:
+    """Wait for the job; seconds it spent waiting for the GPU (other jobs' memory shares or
+    timing) do not count against timeout_s, up to MAX_GPU_WAIT_S. Returns (exit code or None
+    when out of time, seconds waited)."""
+    from tools.worker.gpulock import read_wait_note
+
+    t0 = time.monotonic()
+    while True:
+        now = time.monotonic()
+        waited = read_wait_note(str(note), now)
+        left = t0 + timeout_s + min(waited, MAX_GPU_WAIT_S) - now
+        if left <= 0:
+            return None, waited
+        rc = proc.wait(min(left, 1.0))
+        if rc is not None:
+            return rc, waited
 
 
 def _interpret(

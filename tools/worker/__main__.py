@@ -15,6 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
+from tools.sandbox import WAIT_NOTE
+
 
 def _write(path: Path, nonce: str, result: dict) -> None:
     tmp = path.with_suffix(".tmp")
@@ -45,6 +47,10 @@ def run(job_path: Path, result_path: Path, nonce: str) -> None:
     from tools.protocol import Job
 
     job = Job.model_validate_json(raw)
+    from tools.worker.gpulock import note_waits_to
+
+    # beside the result: the agent reads how long this job waited for the GPU (tools/sandbox.py)
+    note_waits_to(str(result_path.parent / WAIT_NOTE))
     t0 = time.monotonic()
     base = {"kind": job.kind}
     try:

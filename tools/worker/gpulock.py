@@ -27,6 +27,54 @@ LOCK_ENV = "EGG_GPU_LOCK"
 # Seconds spent waiting for the lock in this process, by mode (reported by the evaluate job).
 WAITED: dict[str, float] = {"shared": 0.0, "exclusive": 0.0}
 
+# Where this worker tells the agent how long it has waited for the GPU (the lock and memory
+# shares, tools/worker/gpumem.py): "<seconds waited> <monotonic start of a wait under way or 0>".
+# The agent does not count those seconds against the job's time limit (tools/sandbox.py), and
+# the judge does not count them against its runner's (judge.py): waiting for other tasks is the
+# machine's doing, never the candidate's.
+_WAIT_NOTE: list[str | None] = [None]
+
+
+def total_waited() -> float:
+    return sum(WAITED.values())
+
+
+def note_waits_to(path: str | None) -> None:
+    _WAIT_NOTE[0] = path
+    _note(0.0)
+
+
+def _note(since: float) -> None:
+    path = _WAIT_NOTE[0]
+    if not path:
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{total_waited():.3f} {since:.3f}\n")
+    os.replace(tmp, path)
+
+
+def read_wait_note(path: str, now: float | None = None) -> float:
+    """Seconds a worker has waited for the GPU so far (0 when it wrote nothing readable)."""
+    try:
+        done, since = (float(x) for x in open(path).read().split()[:2])
+    except (OSError, ValueError):
+        return 0.0
+    now = time.monotonic() if now is None else now
+    return max(0.0, done) + (max(0.0, now - since) if since > 0 else 0.0)
+
+
+@contextlib.contextmanager
+def waiting(kind: str) -> Iterator[None]:
+    """Account the enclosed acquisition as a wait of `kind` (WAITED, the note to the agent)."""
+    t0 = time.monotonic()
+    _note(t0)
+    try:
+        yield
+    finally:
+        WAITED[kind] = WAITED.get(kind, 0.0) + time.monotonic() - t0
+        _note(0.0)
+
 
 # Whether this thread holds the lock: an inner gpu_lock() while it does is a no-op, so a step
 # that takes the shared lock for its own GPU work can also run inside a job holding it (a nested
@@ -43,16 +91,15 @@ def gpu_lock(exclusive: bool) -> Iterator[None]:
     if not path or held is not None:
         yield
         return
-    t0 = time.monotonic()
     turn = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(turn, fcntl.LOCK_UN)
-        WAITED["exclusive" if exclusive else "shared"] += time.monotonic() - t0
+        with waiting("exclusive" if exclusive else "shared"):
+            fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
         _HELD.mode = "exclusive" if exclusive else "shared"
         try:
             yield

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tools.worker.gpulock import LOCK_ENV, WAITED
+from tools.worker.gpulock import LOCK_ENV, waiting
 
 SLOTS = 16
 # Two CUDA contexts per job (the judge's and the runner's) and the timer's L2-flush buffer.
@@ -91,33 +91,32 @@ def gpu_memory(units: int) -> Iterator[None]:
         yield
         return
     units = min(units, SLOTS)
-    t0 = time.monotonic()
     fds = [os.open(f"{path}.mem{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(SLOTS)]
     queue_fd = os.open(f"{path}.memq", os.O_RDWR | os.O_CREAT, 0o600)
     held: list[int] = []
     try:
         # Only the head of the queue takes shares; holders release without queueing, so the
         # head always makes progress and nobody waits while holding what another waits for.
-        fcntl.flock(queue_fd, fcntl.LOCK_EX)
-        try:
-            start = os.getpid() % SLOTS  # spread first picks over the slots
-            while len(held) < units:
-                for k in range(SLOTS):
-                    i = (start + k) % SLOTS
-                    if i in held:
-                        continue
-                    try:
-                        fcntl.flock(fds[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue
-                    held.append(i)
-                    if len(held) == units:
-                        break
-                if len(held) < units:
-                    time.sleep(0.05)
-        finally:
-            fcntl.flock(queue_fd, fcntl.LOCK_UN)
-        WAITED["memory"] = WAITED.get("memory", 0.0) + time.monotonic() - t0
+        with waiting("memory"):
+            fcntl.flock(queue_fd, fcntl.LOCK_EX)
+            try:
+                start = os.getpid() % SLOTS  # spread first picks over the slots
+                while len(held) < units:
+                    for k in range(SLOTS):
+                        i = (start + k) % SLOTS
+                        if i in held:
+                            continue
+                        try:
+                            fcntl.flock(fds[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except BlockingIOError:
+                            continue
+                        held.append(i)
+                        if len(held) == units:
+                            break
+                    if len(held) < units:
+                        time.sleep(0.05)
+            finally:
+                fcntl.flock(queue_fd, fcntl.LOCK_UN)
         yield
     finally:
         for i in held:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from tools.sandbox import TAIL_BYTES, Tail
-from tools.worker import channel, confine
+from tools.worker import channel, confine, gpulock
 
 # What the runner's environment holds: nothing of the judge's but these.
 _RUNNER_ENV_PASS = ("PATH", "LANG", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TZ", "PYTHONHASHSEED")
@@ -74,6 +74,8 @@ class RunnerProcess:
         self.job = job
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
+        # the judge's waits for the GPU (memory shares, the lock) do not use up the runner's time
+        self._waited0 = gpulock.total_waited()
         self.cfg = confinement_for(job, timeout_s)
         self.slab = channel.new_slab()
         self.isolation: dict[str, Any] = {}
@@ -140,7 +142,8 @@ class RunnerProcess:
     # -- requests ------------------------------------------------------------------------------
 
     def left(self) -> float:
-        return max(0.5, self.deadline - time.monotonic())
+        waited = gpulock.total_waited() - self._waited0
+        return max(0.5, self.deadline + waited - time.monotonic())
 
     def request(self, op: str, timeout_s: float | None = None, **kw: Any) -> dict[str, Any]:
         """Send one request and wait for its reply (a `phase` message first for `wall`)."""
