@@ -55,8 +55,8 @@ class Context:
         default=1,
         metadata=_doc(
             "refinement attempts in the algorithm stage on CPU, where no refinement can be timed "
-            "against its incumbent (at most `refine_budget`)",
-            None,
+            "against its incumbent, so none is adopted (at most `refine_budget`; 0 skips them)",
+            "EGG_CPU_REFINE_BUDGET",
         ),
     )
     tune_budget: int = field(default=6, metadata=_doc("attempts per tuning stage on a GPU", None))
@@ -145,7 +145,7 @@ class Context:
             raise ValueError("seeds must be >= 1")
         if self.tune_width < 1:
             raise ValueError("tune_width must be >= 1")
-        for name in ("refine_budget", "tune_budget", "cpu_tune_budget", "fix_budget"):
+        for name in ("refine_budget", "cpu_refine_budget", "tune_budget", "cpu_tune_budget", "fix_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         for m in (self.code_model, self.profiler_model, self.debugger_model):

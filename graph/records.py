@@ -264,6 +264,8 @@ class Attempt(Record):
     profile: ProfileReport | None = None
     advice: ProfilerAdvice | None = None
     diagnosis: Diagnosis | None = None
+    # wall seconds of its tool jobs (compile, check, time or evaluate): what the next one may cost
+    seconds: float = 0.0
 
     @property
     def verified(self) -> bool:

@@ -55,6 +55,7 @@ class EggOutput(TypedDict, total=False):
     usage: Usage
     final: TimingReport | None
     final_profile: ProfileReport | None
+    halt: str | None  # why the run stopped early (a budget), also when it verified
 
 
 class EggState(TypedDict, total=False):

@@ -64,17 +64,26 @@ def autotune_variant(spec: StageSpec, state: StageState, req: CodeRequest) -> Co
     )
 
 
+def over_budget(state: StageState, run_seconds: float, now: float | None = None) -> str | None:
+    """Why no further candidate fits the run's wall-time budget, or None. A candidate is not
+    started when its jobs would end after the budget, judged by the slowest candidate so far."""
+    used = (time.time() if now is None else now) - state.get("started_at", time.time())
+    longest = max((a.seconds for a in state.get("attempts") or []), default=0.0)
+    if used + longest <= run_seconds:
+        return None
+    why = f"run wall-time budget of {run_seconds:g} s exhausted"
+    if used <= run_seconds:
+        why += f": {used:.0f} s used and a candidate takes up to {longest:.0f} s here"
+    return why
+
+
 def make_code_node(spec: StageSpec, deps: Deps):
     def code(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         settings = settings_of(runtime)
         if state.get("halt"):
             return {"exhausted": True, "current": None}
-        if settings.run_seconds and time.time() - state.get("started_at", time.time()) > settings.run_seconds:
-            return {
-                "halt": f"run wall-time budget of {settings.run_seconds:g} s exhausted",
-                "exhausted": True,
-                "current": None,
-            }
+        if settings.run_seconds and (over := over_budget(state, settings.run_seconds)):
+            return {"halt": over, "exhausted": True, "current": None}
         base_mode = state.get("mode", "tune")
         fixing = wants_fix(state, settings.fix_budget)
         mode: CodeMode = "fix" if fixing else base_mode

@@ -49,7 +49,8 @@ def _make_tool_node(
             candidate=att.candidate.id,
             **fields(result),
         )
-        return {"current": att.model_copy(update=reports(result)), "usage": _tools_usage(spec, sw.seconds)}
+        update = {**reports(result), "seconds": round(att.seconds + sw.seconds, 3)}
+        return {"current": att.model_copy(update=update), "usage": _tools_usage(spec, sw.seconds)}
 
     node.__name__ = tool
     return node

@@ -251,3 +251,27 @@ def test_tiling_without_autotune_asks_the_model_as_before():
     out, code, *_ = run()
     assert not [d for d in out["decisions"] if "autotune" in " ".join(d.changed)]
     assert [r for r in code.requests if r.stage.name == "tiling"]
+
+
+def test_run_budget_stops_before_a_candidate_that_would_end_after_it(monkeypatch):
+    """--run-seconds: a candidate whose jobs (judged by the slowest so far) would end after the
+    budget is not started; the run ends with the kernel it has, and the report says why."""
+    import time as _time
+
+    slow = FakeToolbox.evaluate
+
+    def evaluate(self, *a, **kw):
+        _time.sleep(0.4)
+        return slow(self, *a, **kw)
+
+    monkeypatch.setattr(FakeToolbox, "evaluate", evaluate)
+    script = {("algorithm", "seed"): ["# seed0 ms=0.9"], ("algorithm", "refine"): ["# refine ms=0.40"]}
+    out, code, tb, _, _ = run(script, seeds=1, run_seconds=0.7, stages=("algorithm",))
+    assert out["status"] == "verified" and out["best"].candidate.source == "# seed0 ms=0.9"
+    # the seed took 0.4 s; a refinement started after it would end past 0.7 s: never written
+    assert not any("refine" in s for _, s in tb.calls)
+    assert "run wall-time budget of 0.7 s exhausted" in out["halt"]
+    assert "a candidate takes up to 0 s" in out["halt"]  # the seed's 0.4 s, rounded
+    # without a budget the refinement runs
+    out, code, tb, _, _ = run(script, seeds=1, stages=("algorithm",))
+    assert any("refine" in s for _, s in tb.calls) and not out.get("halt")
