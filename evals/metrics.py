@@ -256,6 +256,43 @@ def outcomes(rows: list[Row]) -> dict[str, Any]:
     return {"per_level": per_level, **listed}
 
 
+# A verified kernel slower than this fraction of eager needs a reason in the report.
+SLOW_VS_EAGER = 0.9
+
+
+def slow_reason(row: Row) -> str:
+    """One line on why a kernel is where it is: its bottleneck and roofline fraction, algorithm
+    and precision, and the profiler's note (whatever the row records)."""
+    parts = []
+    rf, bn = _num(row.get("roofline_fraction")), row.get("bottleneck")
+    if rf is not None and bn and bn != "unknown":
+        parts.append(f"{bn}-bound at {rf:.0%} of its roofline")
+    elif rf is not None:
+        parts.append(f"at {rf:.0%} of its roofline")
+    if row.get("algorithm"):
+        parts.append(
+            f"algorithm {row['algorithm']}" + (f" ({row['precision']})" if row.get("precision") else "")
+        )
+    if row.get("profile_note"):
+        parts.append(f"profiler: {row['profile_note']}")
+    return "; ".join(parts) or "no reason recorded (no profile in the row)"
+
+
+def slow_vs_eager(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """Verified, measured kernels below SLOW_VS_EAGER x of eager, each with its one-line reason."""
+    out = []
+    for r in rows:
+        s = _num(r.get("speedup_vs_eager"))
+        if (
+            r.get("verified")
+            and r.get("timing_measured") is not False
+            and s is not None
+            and s < SLOW_VS_EAGER
+        ):
+            out.append({"task": r.get("task"), "speedup_vs_eager": s, "reason": slow_reason(r)})
+    return sorted(out, key=lambda x: x["speedup_vs_eager"])
+
+
 def compute_metrics(rows: list[Row]) -> dict[str, Any]:
     """Everything report.md and metrics.json show."""
     flagged = {str(r.get("task")): f for r in rows if (f := degenerate_flags(r))}
@@ -270,6 +307,7 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
         "stage_ablation": stage_ablation(rows),
         "phases": phase_totals(rows),
         "degenerate": [{"task": t, "flags": f} for t, f in flagged.items()],
+        "slow_vs_eager": slow_vs_eager(rows),
     }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from evals.metrics import (
     P_VALUES,
+    SLOW_VS_EAGER,
     SPEEDUP_KEYS,
     compute_metrics,
     fast_p,
@@ -474,6 +475,11 @@ def render_markdown(
         if oc[kind]:
             lines += ["", f"{title}:", ""]
             lines += [f"- {x['task']}: {x['reason'][:300].replace(chr(10), ' ')}" for x in oc[kind]]
+    lines += [""]
+
+    slow = metrics.get("slow_vs_eager") or []
+    lines += [f"## Slower than {SLOW_VS_EAGER:g}x of eager", ""]
+    lines += [f"- {x['task']}: {x['speedup_vs_eager']:.2f}x: {x['reason']}" for x in slow] or ["None."]
     lines += [""]
 
     lines += ["## Stage ablation (geomean speedup vs eager after each stage)", ""]

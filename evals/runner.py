@@ -270,6 +270,11 @@ def _degenerate(rep: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _precision(params: Any) -> str | None:
+    p = params.get("PRECISION") if isinstance(params, dict) else None
+    return p if isinstance(p, str) else None
+
+
 def _f(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -410,6 +415,10 @@ def build_row(
         "speedup_vs_compile": s_comp,
         "roofline_fraction": _f(rep.get("roofline_fraction")),
         "bottleneck": rep.get("bottleneck"),
+        "profile_note": rep.get("profile_note") if isinstance(rep.get("profile_note"), str) else None,
+        # the final kernel's algorithm and the precision of its products (reports say which)
+        "algorithm": rep.get("algorithm") if isinstance(rep.get("algorithm"), str) else None,
+        "precision": _precision(rep.get("params")),
         "stages": stages,
         "tokens": _tokens(rep.get("usage")),
         "degenerate": _degenerate(rep),

@@ -61,6 +61,8 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
         "speedup_vs_compile": final.speedup_vs_compile if final is not None and verified else None,
         "roofline_fraction": profile.roofline_fraction if profile else None,
         "bottleneck": profile.bottleneck if profile else None,
+        # the profiler's one line on the final kernel (why it is where it is on its roofline)
+        "profile_note": profile.suggestion if profile else None,
         "env": final.env.model_dump() if final is not None and final.env else None,
         "usage": {
             "by_stage_role": {k: v.model_dump() for k, v in usage.by_key.items()},

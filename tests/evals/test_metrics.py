@@ -200,3 +200,26 @@ def test_phase_totals_and_medians_over_the_tasks_that_report_a_phase() -> None:
 def test_latest_rows_last_wins() -> None:
     rows = latest_rows([row("a", False), row("b", True), row("a", True)])
     assert [(r["task"], r["verified"]) for r in rows] == [("a", True), ("b", True)]
+
+
+def test_kernels_slower_than_0_9x_of_eager_are_listed_with_a_reason() -> None:
+    from evals.metrics import slow_vs_eager
+    from evals.report import render_markdown
+
+    rows = [
+        row("gemm_k", True, 0.42, roofline_fraction=0.13, bottleneck="compute",
+            algorithm="split-k", precision="tf32x3", profile_note="compute bound far from peak"),
+        row("net", True, 0.38),  # nothing recorded: says so
+        row("ok", True, 0.95),
+        row("unverified", False, 0.1),
+        row("cpu", True, None, timing_measured=False),
+    ]  # fmt: skip
+    slow = slow_vs_eager(rows)
+    assert [x["task"] for x in slow] == ["net", "gemm_k"]  # slowest first
+    assert slow[1]["reason"] == (
+        "compute-bound at 13% of its roofline; algorithm split-k (tf32x3); profiler: compute bound far from peak"
+    )
+    assert slow[0]["reason"].startswith("no reason recorded")
+    md = render_markdown(rows, compute_metrics(rows), {})
+    sec = md.split("## Slower than 0.9x of eager", 1)[1].split("##", 1)[0]
+    assert "- gemm_k: 0.42x: compute-bound at 13%" in sec and "- net: 0.38x" in sec and "ok" not in sec
