@@ -28,7 +28,7 @@ studio: install
 	$(BIN)/langgraph dev --no-browser --n-jobs-per-worker $(STUDIO_JOBS)
 
 test: install
-	$(BIN)/python -m pytest -m "not gpu" -q
+	$(BIN)/python -m pytest -m "not gpu" -q --durations=25
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow" -q
