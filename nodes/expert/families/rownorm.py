@@ -659,12 +659,17 @@ def _row_mode(t, shape, lo, hi):
     if tuple(t.shape) == tuple(shape):
         return t.contiguous(), 0
     dims = [1] * (len(shape) - t.dim()) + list(t.shape)
-    if len(dims) == len(shape):
+    if len(dims) == len(shape) and all(d in (1, s) for d, s in zip(dims, shape)):
+        # A broadcast operand is expanded over the dims it is broadcast along, within its mode:
+        # e.g. a per-channel (C, 1, 1, 1) factor of an instance norm over (N, C, D, H, W) rows
+        # becomes N * C per-row values (small next to the rows themselves).
+        v = t.reshape(dims)
         rest = list(range(lo)) + list(range(hi, len(shape)))
-        if all(dims[i] == 1 for i in rest) and dims[lo:hi] == list(shape[lo:hi]):
-            return t.contiguous(), 1
-        if all(d == 1 for d in dims[lo:hi]) and all(dims[i] == shape[i] for i in rest):
-            return t.contiguous(), 2
+        if all(d == 1 for d in dims[lo:hi]):
+            return v.expand([1 if lo <= i < hi else s for i, s in enumerate(shape)]).contiguous(), 2
+        if all(dims[i] == 1 for i in rest):
+            return v.expand([s if lo <= i < hi else 1 for i, s in enumerate(shape)]).contiguous(), 1
+        return v.expand(shape).contiguous(), 0
     raise ValueError(f"operand of shape {tuple(t.shape)} cannot be read row-wise for {tuple(shape)}")
 '''
 
