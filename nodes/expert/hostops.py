@@ -162,6 +162,13 @@ def run_time_dims(x: str, src: list[int], out: list[int]) -> list[str]:
     if middle:
         text += [str(d) for d in middle[:-1]] + ["-1"]
     text += [f"{x}.shape[{len(src) - trail + i}]" for i in range(trail)]
+    big_src = [i for i, d in enumerate(src) if d != 1]
+    big_out = [i for i, d in enumerate(out) if d != 1]
+    if any(d != 1 for d in middle[:-1]) and [src[i] for i in big_src] == [out[i] for i in big_out]:
+        # only size-1 dims added or dropped (view(1, -1, 1, 1, 1) of a (C,) parameter), yet a
+        # size would stay a number: every dim but the 1s is the input's own, read at run time
+        at = dict(zip(big_out, big_src, strict=True))
+        return [f"{x}.shape[{at[i]}]" if i in at else "1" for i in range(len(out))]
     return text
 
 

@@ -133,3 +133,7 @@ def test_baked_reshape_sizes_read_the_run_shapes():
     assert run_time_dims("x", [16, 32, 48], [16, 32, 8, 6]) == ["x.shape[0]", "x.shape[1]", "8", "-1"]
     assert run_time_dims("x", [16, 32, 8, 6], [16, 32, 48]) == ["x.shape[0]", "x.shape[1]", "-1"]
     assert run_time_dims("x", [16, 32, 48], [512, 48]) == ["-1", "x.shape[2]"]
+    # size-1 dims added around a parameter (view(1, -1, 1, 1, 1) of a (C,) vector): C is read
+    # at run time, so a second shape with another C still broadcasts
+    assert run_time_dims("p", [8], [1, 8, 1, 1, 1]) == ["1", "p.shape[0]", "1", "1", "1"]
+    assert run_time_dims("x", [4, 3], [1, 4, 1, 3]) == ["1", "x.shape[0]", "1", "x.shape[1]"]
