@@ -103,7 +103,7 @@ def run_evaluate(job) -> dict[str, Any]:
         return out
     finally:
         # every wait of the process: memory shares and the lock, shared and exclusive
-        gpu["lock_waits"] = round(sum(gpulock.WAITED.values()), 3)
+        gpu["lock_waits"] = round(gpulock.total_waited(), 3)
         if cuda and torch.cuda.is_initialized():
             # Measured peak (this judge's and the runner's) vs the admission estimate: later jobs
             # of the task are admitted by the measured figure (tools/toolbox.py).

@@ -57,7 +57,8 @@ def _note(since: float) -> None:
 def read_wait_note(path: str, now: float | None = None) -> float:
     """Seconds a worker has waited for the GPU so far (0 when it wrote nothing readable)."""
     try:
-        done, since = (float(x) for x in open(path).read().split()[:2])
+        with open(path) as f:
+            done, since = (float(x) for x in f.read().split()[:2])
     except (OSError, ValueError):
         return 0.0
     now = time.monotonic() if now is None else now
