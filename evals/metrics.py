@@ -275,6 +275,8 @@ def slow_reason(row: Row) -> str:
         )
     if row.get("profile_note"):
         parts.append(f"profiler: {row['profile_note']}")
+    if row.get("timed_by") == "judge_wall":
+        parts.append("timed by the judge's wall clock (launch-bound: its own median was not confirmed)")
     return "; ".join(parts) or "no reason recorded (no profile in the row)"
 
 

@@ -410,6 +410,8 @@ def build_row(
         # The kernel's own timing spread (p20/p80 of its timed calls): the report's error bars.
         "candidate_p20_ms": _f(tm.get("candidate_p20_ms")),
         "candidate_p80_ms": _f(tm.get("candidate_p80_ms")),
+        # "judge_wall": the kernel's time is the judge's wall clock (its own median unconfirmed)
+        "timed_by": tm.get("timed_by") if isinstance(tm.get("timed_by"), str) else None,
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,
         "speedup_vs_eager": s_eager,
         "speedup_vs_compile": s_comp,

@@ -202,6 +202,11 @@ class TimingReport(Record):
     baseline: str | None = None
     # the judge's own clock over many back-to-back calls: the check on the candidate's claimed median
     wall_ms: float | None = None
+    # how candidate_ms was taken: None (CUDA events in the candidate's process, confirmed by the
+    # judge's clock), "events, second try", or "judge_wall" (the judge's wall-clock figure, when
+    # the candidate's median stayed unconfirmed twice by a small margin; then claimed_ms is it)
+    timed_by: str | None = None
+    claimed_ms: float | None = None
     cudagraph_ms: float | None = None
     noise: float | None = None  # relative spread (p80 - p20) / median of the candidate
     candidate_launches: int | None = None

@@ -27,6 +27,8 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
             "compile_ms": final.compile_ms,
             "cudagraph_ms": final.cudagraph_ms,
             "noise": final.noise,
+            "timed_by": final.timed_by,
+            "claimed_ms": final.claimed_ms,
         }
     profile = values.get("final_profile")
     total = usage.total()

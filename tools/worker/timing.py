@@ -7,7 +7,10 @@ p20/p80). That median is a claim from a process the candidate controls, so the j
 - **wall clock**: the judge asks for many back-to-back calls (about a quarter of a second's
   worth at the claimed speed) on fresh inputs and measures from sending the request to reading
   the last call's output, which must match the reference. A claimed median well below what the
-  judge's clock saw per call is rejected (`timing.disagree`);
+  judge's clock saw per call is rejected (`timing.disagree`), unless the two differ by at most
+  ADOPT_RATIO: then it is timed again, and if the clocks still differ the judge's own (slower)
+  wall-clock figure is the kernel's time (`timed_by: judge_wall`; a launch-bound network timed
+  while other jobs load the CPU);
 - **speed of light**: a median below max(bytes read / peak bandwidth, flops / peak flop rate)
   cannot be real (`timing.speed_of_light`). Only bytes READ count (inputs + parameters): L2 is
   flushed before each call, but writes can be absorbed by the 60 MB L2 before the end event;
@@ -46,6 +49,10 @@ SOL_FLOPS = {"float32": 1.0e15, "float16": 2.0e15, "bfloat16": 2.0e15, "float64"
 WALL_TOLERANCE = 1.5
 WALL_SLACK_MS = 0.02
 WALL_TARGET_S = 0.25
+# Past the tolerance but within this ratio, the claim is timed again; if the clocks still differ,
+# the judge's wall-clock figure (slower, never the candidate's) is the kernel's time
+# (`timed_by: judge_wall`). Beyond it the claim is a lie and the kernel is not measured.
+ADOPT_RATIO = 3.0
 # The judge's allowance for the runner's own work inside the wall window: drawing the inputs
 # (timed here on the same seed) and copying the last output back (at least this fast).
 COPY_BYTES_PER_S = 2.0e9
@@ -267,6 +274,19 @@ def _time(
             lap("bench_candidate")
             verdict = _wall_check(task, ref, runner, med, err0, out, RunnerFailure)
             lap("wall_check")
+            if verdict is not None and _near_miss(verdict, out, med):
+                # A launch-bound forward timed while other jobs load the CPU can miss the
+                # tolerance without any lie: time it again (see `recheck`).
+                try:
+                    verdict = recheck(
+                        lambda: runner.request("time", cudagraph=False, **kw),
+                        lambda m: _wall_check(task, ref, runner, m, err0, out, RunnerFailure),
+                        med,
+                        out,
+                    )
+                except RunnerFailure as f:
+                    return refuse(f.rule, f.message)
+                lap("wall_recheck")
             if verdict is not None:
                 return refuse(*verdict)
         cached_eager = cache.get("eager")
@@ -411,6 +431,43 @@ def _wall_check(
             f"{wall_ms:.4g} ms per call over {iters} calls",
         )
     return None
+
+
+def recheck(time_again, wall_again, med: float, out: dict[str, Any]) -> tuple[str, str] | None:
+    """After a near miss of the wall check: the candidate's median once more, checked again.
+    Confirmed this time: that median stands (`timed_by: events, second try`). A near miss again:
+    the kernel's time is the lower of the judge's two wall-clock figures, each well above the
+    claim, so the figure is never the candidate's own (`timed_by: judge_wall`, `claimed_ms` the
+    claim). Anything else: the second verdict stands."""
+    first_wall = out["wall_ms"]
+    c = time_again()
+    med2 = _positive(c.get("median")) if c.get("ok") else None
+    if med2 is None:
+        return ("timing.disagree", "the candidate's process reported no usable median on the second try")
+    verdict = wall_again(med2)
+    if verdict is None:
+        p20, p80 = _positive(c.get("p20")) or med2, _positive(c.get("p80")) or med2
+        out.update(candidate_ms=med2, candidate_p20_ms=p20, candidate_p80_ms=p80, noise=(p80 - p20) / med2)
+        out["timed_by"] = "events, second try"
+        return None
+    if not _near_miss(verdict, out, med2):
+        return verdict
+    wall = min(first_wall, out["wall_ms"])
+    out.update(
+        candidate_ms=wall,
+        candidate_p20_ms=wall,
+        candidate_p80_ms=wall,
+        claimed_ms=min(med, med2),
+        timed_by="judge_wall",
+        wall_ms=wall,
+    )
+    return None
+
+
+def _near_miss(verdict: tuple[str, str], out: dict[str, Any], med: float) -> bool:
+    """A `timing.disagree` whose clocks differ by at most ADOPT_RATIO: contention, not a lie."""
+    wall = out.get("wall_ms")
+    return verdict[0] == "timing.disagree" and wall is not None and wall <= med * ADOPT_RATIO
 
 
 def run_do_bench(job) -> dict[str, Any]:
