@@ -261,14 +261,7 @@ def _time(
             med = _positive(c.get("median"))
             if med is None:
                 return refuse("timing.disagree", "the candidate's process reported no usable median")
-            p20, p80 = _positive(c.get("p20")) or med, _positive(c.get("p80")) or med
-            out.update(
-                candidate_ms=med,
-                candidate_p20_ms=p20,
-                candidate_p80_ms=p80,
-                noise=(p80 - p20) / med,
-                candidate_launches=int(c.get("launches") or 0),
-            )
+            out.update(_claim(c, med), candidate_launches=int(c.get("launches") or 0))
             if c.get("cudagraph_ms") is not None:
                 out["cudagraph_ms"] = _positive(c.get("cudagraph_ms"))
             lap("bench_candidate")
@@ -446,9 +439,7 @@ def recheck(time_again, wall_again, med: float, out: dict[str, Any]) -> tuple[st
         return ("timing.disagree", "the candidate's process reported no usable median on the second try")
     verdict = wall_again(med2)
     if verdict is None:
-        p20, p80 = _positive(c.get("p20")) or med2, _positive(c.get("p80")) or med2
-        out.update(candidate_ms=med2, candidate_p20_ms=p20, candidate_p80_ms=p80, noise=(p80 - p20) / med2)
-        out["timed_by"] = "events, second try"
+        out.update(_claim(c, med2), timed_by="events, second try")
         return None
     if not _near_miss(verdict, out, med2):
         return verdict
@@ -462,6 +453,12 @@ def recheck(time_again, wall_again, med: float, out: dict[str, Any]) -> tuple[st
         wall_ms=wall,
     )
     return None
+
+
+def _claim(c: dict[str, Any], med: float) -> dict[str, float]:
+    """The candidate's timing fields from its `time` reply with a usable median `med`."""
+    p20, p80 = _positive(c.get("p20")) or med, _positive(c.get("p80")) or med
+    return {"candidate_ms": med, "candidate_p20_ms": p20, "candidate_p80_ms": p80, "noise": (p80 - p20) / med}
 
 
 def _near_miss(verdict: tuple[str, str], out: dict[str, Any], med: float) -> bool:
