@@ -95,6 +95,9 @@ class TaskDescription(Record):
     sizes_used: dict[str, Any] = Field(default_factory=dict)
     op_graph: list[OpNode] = Field(default_factory=list)
     capture_error: str | None = None  # why op_graph is empty, when it is
+    # Model's int attributes as used in this run (`self.n_head`): host views that baked one of
+    # these numbers read it from self instead, so other sizes keep working.
+    module_ints: dict[str, int] = Field(default_factory=dict)
     flops: float | None = None
     bytes_moved: float | None = None
     degenerate: list[str] = Field(default_factory=list)  # e.g. "output is constant"

@@ -8,12 +8,13 @@ that, so other sizes keep working). The checker counts views as views, not as Py
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
 from graph.records import OpNode
 
-from .graphview import GraphView, Unsupported, arg_value, is_node
+from .graphview import GraphView, Unsupported, _model_class, arg_value, is_node
 
 # Tensor methods / functions that only view (or describe) a tensor.
 VIEW_OPS = {
@@ -126,31 +127,81 @@ def literal(v: Any, device_expr: str) -> str:
     return repr(v)
 
 
-def _index_text(v: Any, val: Callable[[Any], str]) -> str:
-    """A subscript written as Python: slices as a:b:c, tuples unparenthesised."""
+def _index_text(v: Any, val: Callable[[Any], str], bound: Callable[[Any], str] | None = None) -> str:
+    """A subscript written as Python: slices as a:b:c, tuples unparenthesised; `bound` writes a
+    slice's start and stop (a size the model holds, `[:, :self.cluster_size]`)."""
+    bound = bound or val
     if isinstance(v, dict) and "slice" in v:
-        a, b, c = (("" if x is None else val(x)) for x in v["slice"])
+        a, b, c = (("" if x is None else f(x)) for x, f in zip(v["slice"], (bound, bound, val), strict=True))
         return f"{a}:{b}" + (f":{c}" if c else "")
     if isinstance(v, list):
-        return ", ".join(_index_text(x, val) for x in v) + ("," if len(v) == 1 else "")
+        return ", ".join(_index_text(x, val, bound) for x in v) + ("," if len(v) == 1 else "")
     return val(v)
 
 
-def run_time_dims(x: str, src: list[int], out: list[int]) -> list[str]:
+def _attrs_read(source: str) -> tuple[set[str], set[int]]:
+    """`self.<name>` attributes Model's methods other than __init__ read, and the int literals
+    written in those methods (a number the author wrote is meant as that number)."""
+    try:
+        cls = _model_class(source)
+    except Exception:
+        return set(), set()
+    found: set[str] = set()
+    literals: set[int] = set()
+    for item in cls.body:
+        if isinstance(item, ast.FunctionDef) and item.name != "__init__":
+            for node in ast.walk(item):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    found.add(node.attr)
+                elif isinstance(node, ast.Constant) and type(node.value) is int:
+                    literals.add(node.value)
+    return found, literals
+
+
+def _unique(found: dict[int, set[str]]) -> dict[int, str]:
+    return {d: next(iter(e)) for d, e in found.items() if d > 1 and len(e) == 1}
+
+
+def named_sizes(view: GraphView, inputs: bool = True) -> dict[int, str]:
+    """Numbers a baked view may stand for, each with the one expression that gives it at run
+    time: the model's int attributes forward reads (`self.n_head`) and, with `inputs`, the
+    forward inputs' dims (`x.shape[0]`). A number two of them share is ambiguous and left out
+    (it stays a number); so are 0 and 1, which are layout, not sizes."""
+    found: dict[int, set[str]] = {}
+    read, literals = _attrs_read(view.desc.source)
+    for k, v in view.desc.module_ints.items():
+        if k in read and v not in literals:
+            found.setdefault(v, set()).add(f"self.{k}")
+    if inputs:
+        for leaf in view.leaves.values():
+            if leaf.shape is None or leaf.is_scalar or leaf.expr.startswith("self."):
+                continue
+            for j, d in enumerate(leaf.shape):
+                found.setdefault(d, set()).add(f"{leaf.expr}.shape[{j}]")
+    return _unique(found)
+
+
+def run_time_dims(x: str, src: list[int], out: list[int], known: dict[int, str] | None = None) -> list[str]:
     """Sizes of a reshape the capture baked into numbers (a concrete-shape trace), written
     against the run's own input `x`: leading and trailing dims the reshape keeps are read from
-    x, one dim in between is -1 (the rest), and only what is left stays a number (heads, ...)."""
+    x, one dim in between is -1 (the rest), and what is left is read from `known` (a model
+    attribute or a forward input's dim with that value, see named_sizes) or stays a number."""
+    known = known or {}
     out = list(out)
     if -1 in out:
         k = out.index(-1)
-        known = 1
+        rest = 1
         for i, d in enumerate(out):
             if i != k:
-                known *= d
+                rest *= d
         total = 1
         for d in src:
             total *= d
-        out[k] = total // known if known else 0
+        out[k] = total // rest if rest else 0
     lead = 0
     while lead < min(len(src), len(out)) and src[lead] == out[lead]:
         lead += 1
@@ -160,11 +211,13 @@ def run_time_dims(x: str, src: list[int], out: list[int]) -> list[str]:
     text = [f"{x}.shape[{i}]" for i in range(lead)]
     middle = out[lead : len(out) - trail]
     if middle:
-        text += [str(d) for d in middle[:-1]] + ["-1"]
+        text += [known.get(d, str(d)) for d in middle[:-1]] + ["-1"]
     text += [f"{x}.shape[{len(src) - trail + i}]" for i in range(trail)]
     big_src = [i for i, d in enumerate(src) if d != 1]
     big_out = [i for i, d in enumerate(out) if d != 1]
-    if any(d != 1 for d in middle[:-1]) and [src[i] for i in big_src] == [out[i] for i in big_out]:
+    if any(d != 1 and d not in known for d in middle[:-1]) and [src[i] for i in big_src] == [
+        out[i] for i in big_out
+    ]:
         # only size-1 dims added or dropped (view(1, -1, 1, 1, 1) of a (C,) parameter), yet a
         # size would stay a number: every dim but the 1s is the input's own, read at run time
         at = dict(zip(big_out, big_src, strict=True))
@@ -183,6 +236,15 @@ def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_exp
             return f"({inner}{',' if len(a) == 1 else ''})"
         return literal(a, device_expr)
 
+    def size(a: Any) -> str:
+        """A size argument: a number the model holds as an attribute is read from it."""
+        if isinstance(a, int) and not isinstance(a, bool):
+            return named_sizes(view, inputs=False).get(a, str(a))
+        if isinstance(a, list):
+            inner = ", ".join(size(x) for x in a)
+            return f"({inner}{',' if len(a) == 1 else ''})"
+        return val(a)
+
     def call_args(args: list[Any], kwargs: dict[str, Any]) -> str:
         parts = [val(a) for a in args] + [f"{k}={val(v)}" for k, v in kwargs.items()]
         return ", ".join(parts)
@@ -194,18 +256,19 @@ def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_exp
             return f"{src}.flatten({int(s)}, {int(e)})"
         raise Unsupported(f"module {n.module_type} as a view")
     if n.op == "getitem":
-        return f"{val(n.args[0])}[{_index_text(n.args[1], val)}]"
+        return f"{val(n.args[0])}[{_index_text(n.args[1], val, size)}]"
     if n.op in ("view", "reshape") and n.args and is_node(n.args[0]):
         dims = n.args[1:] if len(n.args) > 2 or not isinstance(n.args[1], list) else n.args[1]
         src = view.nodes[view.resolve(n.args[0]["node"])]
         if all(isinstance(d, int) and not isinstance(d, bool) for d in dims) and src.shape:
             x = val(n.args[0])
-            return f"{x}.reshape({', '.join(run_time_dims(x, src.shape, list(dims)))})"
+            return f"{x}.reshape({', '.join(run_time_dims(x, src.shape, list(dims), named_sizes(view)))})"
     if n.op == "getattr":
         return f"{val(n.args[0])}.{n.args[1]}"
     if n.op in _BINARY and n.shape is None:
-        a = val(n.args[0]) if n.args else val(n.kwargs.get("input"))
-        b = val(n.args[1]) if len(n.args) > 1 else val(n.kwargs.get("other"))
+        # arithmetic on sizes (C // self.n_head)
+        a = size(n.args[0]) if n.args else size(n.kwargs.get("input"))
+        b = size(n.args[1]) if len(n.args) > 1 else size(n.kwargs.get("other"))
         return f"({a} {_BINARY[n.op]} {b})"
     if n.op == "neg" and n.shape is None:
         return f"(-{val(n.args[0])})"
@@ -220,6 +283,8 @@ def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_exp
         # `view` after a dropped `contiguous()` (a passthrough of the op graph) must copy:
         # reshape does exactly what view does where view works, and copies where it would not.
         method = {"view": "reshape", "view_as": "reshape_as"}.get(n.target, n.target)
+        if n.op in ("view", "reshape", "expand") and n.args and not n.kwargs:
+            return f"{val(n.args[0])}.{method}({', '.join(size(a) for a in n.args[1:])})"
         return f"{val(n.args[0])}.{method}({call_args(n.args[1:], n.kwargs)})"
     if n.kind == "call_function":
         target = n.target

@@ -55,6 +55,7 @@ def _tinfo(t: Any) -> dict:
 
 
 def describe(job: dict) -> dict:
+    from tools.worker.describe import module_ints
     from tools.worker.opgraph import capture
 
     mod = load_task(job["source"], job.get("overrides", {}))
@@ -77,6 +78,7 @@ def describe(job: dict) -> dict:
         ],
         "op_graph": nodes,
         "capture_error": err,
+        "module_ints": module_ints(model),
     }
 
 

@@ -318,6 +318,14 @@ def bytes_and_flops(model: torch.nn.Module, inputs: list[Any], outputs: list[tor
     return float(b)
 
 
+def module_ints(model: Any) -> dict[str, int]:
+    """The model's own int attributes (`self.n_head = n_head`): a size forward reads from self,
+    which the capture sees only as a number; ModelNew repeats __init__, so it can read it too."""
+    return {
+        k: v for k, v in vars(model).items() if type(v) is int and not k.startswith("_") and k != "training"
+    }
+
+
 def run_describe(job) -> dict[str, Any]:
     from tools.worker.gpumem import estimate_peak_bytes, total_bytes, units_for
 
@@ -390,6 +398,7 @@ def run_describe(job) -> dict[str, Any]:
         "sizes_used": sizes_used,
         "op_graph": op_graph,
         "capture_error": capture_error,
+        "module_ints": module_ints(model),
         "flops": flops,
         "bytes_moved": bytes_and_flops(model, inputs, outputs),
         "degenerate": degenerate_flags(outputs),
