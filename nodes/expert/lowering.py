@@ -18,6 +18,7 @@ from graph.records import TaskDescription
 
 from . import spaces
 from .assemble import Part, Piece, render
+from .decompose import decompose
 from .families import library as libfam
 from .graphview import GraphView, Unsupported
 from .hostops import host_expr
@@ -230,7 +231,7 @@ def lower(desc: TaskDescription, policy: str = "mixed") -> Lowering:
 
 
 def _lower(desc: TaskDescription, policy: str) -> Lowering:
-    view = GraphView.of(desc)
+    view = GraphView.of(decompose(desc))
     whole, misses = _whole(view, policy)
     if whole is not None:
         return whole

@@ -23,6 +23,11 @@ from graph.records import TaskDescription
 from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
 from .gemm import _operand
 
+# The widest head dim (of Q/K and of V) the fused kernel holds: its Q tile and output accumulator
+# live in registers. Wider attention is written out as matmul -> softmax -> matmul groups
+# (nodes/expert/decompose.py).
+MAX_HEAD_DIM = 256
+
 
 @dataclass
 class AttnPlan:
@@ -44,6 +49,13 @@ def _const(x: Any) -> float:
     return float(x)
 
 
+def _head_dims_fit(view: GraphView, q: Any, v: Any) -> None:
+    for what, ref in (("Q/K", q), ("V", v)):
+        shape = view.nodes[view.resolve(ref["node"])].shape if is_node(ref) else None
+        if shape and shape[-1] > MAX_HEAD_DIM:
+            raise Unsupported(f"{what} head dim {shape[-1]} is wider than the fused kernel's {MAX_HEAD_DIM}")
+
+
 def match(view: GraphView) -> AttnPlan | None:
     nodes = view.compute_nodes()
     sdpa = [n for n in nodes if n.op == "scaled_dot_product_attention"]
@@ -56,6 +68,7 @@ def match(view: GraphView) -> AttnPlan | None:
         if arg_value(n, 4, "dropout_p", 0.0) not in (0, 0.0):
             raise Unsupported("scaled_dot_product_attention with dropout")
         scale = arg_value(n, 6, "scale")
+        _head_dims_fit(view, n.args[0], n.args[2])
         return AttnPlan(
             _operand(view, n.args[0]),
             _operand(view, n.args[1]),
@@ -114,6 +127,7 @@ def match(view: GraphView) -> AttnPlan | None:
     head_dim = (q_node.shape or [0])[-1] if q_node is not None else 0
     if head_dim and not scale_exprs and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
         scale = None
+    _head_dims_fit(view, s1.args[0], s2.args[1])
     return AttnPlan(
         _operand(view, s1.args[0]),
         k_expr,
@@ -271,8 +285,8 @@ def launch_attention(q, k, v, scale):
         raise ValueError("q, k, v batch dims differ (broadcast attention is not supported)")
     M, D = q3.shape[1], q3.shape[2]
     N, DV = k3.shape[1], v3.shape[2]
-    if D > 256 or DV > 256:
-        raise ValueError("head dims above 256 are not supported")
+    if D > {MAX_HEAD_DIM} or DV > {MAX_HEAD_DIM}:
+        raise ValueError("head dims above {MAX_HEAD_DIM} are not supported")
     if out.numel() == 0:
         return out
     block_d = max(16, triton.next_power_of_2(D))
