@@ -28,6 +28,8 @@ from graph.records import TaskDescription
 from .graphview import Unsupported
 
 HEADER_IMPORTS = [
+    # host lines of forward may compute a scale (1 / math.sqrt(head dim)) the task never imported
+    "import math",
     "import torch",
     "import torch.nn as nn",
     "import triton",

@@ -102,6 +102,8 @@ def test_wide_attention_verifies(key):
     reply = ExpertCode().write(request(desc))
     assert reply.source is not None, reply.unsupported
     assert reply.algorithm == "partition"
+    if "math.sqrt" in reply.source:  # the default scale, read from the run's head dim
+        assert "\nimport math\n" in reply.source
     chk = tb.check(task, reply.source, policy="mixed")
     assert chk.accepted, chk.reasons
     assert len(chk.shapes_checked) >= 2, chk.shapes_checked

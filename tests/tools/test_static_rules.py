@@ -49,3 +49,37 @@ def test_monkey_patch_via_setattr_and_timer_attribute() -> None:
     assert any(f.startswith("static.reference_access") for f in static_findings(patched))
     ev = src + "\n_e = torch.cuda.Event(enable_timing=True)\n"
     assert any(f.startswith("static.timer") for f in static_findings(ev))
+
+
+def test_a_name_the_file_never_binds_is_refused():
+    # `math` is the case that matters: Triton's CPU interpreter puts it into a kernel's module
+    # globals when the kernel runs, so a candidate that never imports it verifies on the CPU and
+    # fails with NameError on a GPU.
+    src = (
+        "import torch\nimport triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef k(x_ptr):\n    tl.store(x_ptr, tl.load(x_ptr))\n\n"
+        "class ModelNew(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        k[(1,)](x)\n"
+        "        return x * math.sqrt(2.0)\n"
+    )
+    found = [f for f in static_findings(src) if f.startswith("static.undefined_name")]
+    assert found == [
+        "static.undefined_name: reads `math`, which the file never imports or defines "
+        "(NameError on a GPU; Triton's CPU interpreter would hide it) (line 12)"
+    ]
+    assert not [f for f in static_findings("import math\n" + src) if "undefined" in f]
+    # locals, closures, comprehensions, class attributes and builtins are bound names
+    ok = (
+        "import torch\nimport math\n\n"
+        "def f(a):\n    return [b for b in range(len(a))]\n\n"
+        "class ModelNew(torch.nn.Module):\n"
+        "    scale = 2.0\n"
+        "    def forward(self, x):\n"
+        "        z = self.scale\n"
+        "        def g():\n            return z\n"
+        "        return x * math.pi + f(x)[0] + g()\n"
+    )
+    assert not [f for f in static_findings(ok) if "undefined" in f]
+    # a star import leaves the question open: nothing is claimed
+    assert not [f for f in static_findings("from math import *\n" + src) if "undefined" in f]

@@ -208,12 +208,14 @@ class ModelNew(nn.Module):
     "source,kind,line",
     [
         ("import torch\n\ndef f(:\n    pass\n", "syntax", 3),
-        (_WELL_FORMED.replace("# body", "x = undefined_name + 1"), "import", 17),
+        (_WELL_FORMED.replace("# body", "x = 1 // 0"), "import", 17),
+        # a name the file never binds: refused before it runs (the CPU interpreter injects some)
+        (_WELL_FORMED.replace("# body", "x = undefined_name + 1"), "static", 17),
         ((CORPUS / "broken" / "triton_error.py").read_text(), "triton", 15),
         (_WELL_FORMED.replace("return launch(x)", "return torch.zeros_like(x)"), "no_kernel", None),
         ("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    pass\n", "static", 4),
     ],
-    ids=["syntax", "import", "triton", "no_kernel", "static"],
+    ids=["syntax", "import", "undefined", "triton", "no_kernel", "static"],
 )
 def test_compile_errors_map_to_candidate_lines(source: str, kind: str, line: int | None) -> None:
     r = TB.compile(task("relu"), source)

@@ -4,6 +4,8 @@ so the agent side could run it too. Each finding is "<rule>: <message> (line N)"
 from __future__ import annotations
 
 import ast
+import builtins
+import symtable
 
 from tools.pysource import dotted_name
 
@@ -128,6 +130,40 @@ def _is_jit_decorator(d: ast.AST) -> bool:
     target = d.func if isinstance(d, ast.Call) else d
     name = dotted_name(target)
     return name.endswith("jit") or name.endswith("autotune") or name.endswith("heuristics")
+
+
+_MODULE_DUNDERS = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__"}
+
+
+def undefined_globals(source: str, tree: ast.Module) -> list[str]:
+    """Names the file reads from its module scope that it never imports, defines or assigns (and
+    that are no builtins), sorted. Such a file fails with NameError on a GPU, yet can pass on the
+    CPU: Triton's interpreter puts `math` (and more) into a kernel's module globals when it runs
+    a kernel. A star import makes the question unanswerable: nothing is reported then."""
+    if any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)):
+        return []
+    top = symtable.symtable(source, "<candidate>", "exec")
+    bound = {
+        s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
+    known = bound | set(dir(builtins)) | _MODULE_DUNDERS
+    read: set[str] = set()
+
+    def walk(t: symtable.SymbolTable) -> None:
+        for s in t.get_symbols():
+            if not s.is_referenced():
+                continue
+            if t.get_type() == "module" or s.is_global():
+                read.add(s.get_name())
+            elif t.get_type() == "class" and not (
+                s.is_assigned() or s.is_imported() or s.is_parameter() or s.is_free() or s.is_namespace()
+            ):
+                read.add(s.get_name())  # a class body reads unbound names from the module
+        for c in t.get_children():
+            walk(c)
+
+    walk(top)
+    return sorted(read - known)
 
 
 def static_findings(source: str) -> list[str]:
@@ -323,4 +359,17 @@ def static_findings(source: str) -> list[str]:
         methods = {f.name for f in model_new.body if isinstance(f, ast.FunctionDef)}
         if "forward" not in methods:
             add("static.no_model", "ModelNew defines no forward()", model_new)
+    missing = undefined_globals(source, tree)
+    if missing:
+        first = min(
+            (n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in missing),
+            key=lambda n: (n.lineno, n.col_offset),
+            default=None,
+        )
+        add(
+            "static.undefined_name",
+            f"reads {', '.join(f'`{m}`' for m in missing[:8])}, which the file never imports or defines "
+            "(NameError on a GPU; Triton's CPU interpreter would hide it)",
+            first,
+        )
     return out
