@@ -43,13 +43,13 @@ class Unit:
             # A conv is best left to cuDNN (TF32 by default, channels-last); a GEMM in Triton
             # (3xTF32 beats fp32 cuBLAS), with the library as the fallback.
             if self.library.op in libfam.GEMM_OPS:
-                algos = [*algos, libfam.ALGORITHM]
+                algos = [*algos, *libfam.algorithms(self.library)]
             else:
-                algos = [libfam.ALGORITHM, *algos]
+                algos = [*libfam.algorithms(self.library), *algos]
         return algos
 
     def defaults(self, algorithm: str) -> dict[str, Any]:
-        if algorithm == libfam.ALGORITHM and self.library is not None:
+        if algorithm in libfam.ALGORITHMS and self.library is not None:
             return {"algorithm": algorithm}
         params = dict(spaces.DEFAULTS.get(self.name, {}))
         if hasattr(self.fam, "defaults"):
@@ -58,7 +58,7 @@ class Unit:
         return params
 
     def is_library(self, params: dict[str, Any]) -> bool:
-        return params.get("algorithm") == libfam.ALGORITHM and self.library is not None
+        return params.get("algorithm") in libfam.ALGORITHMS and self.library is not None
 
     def valid(self, params: dict[str, Any]) -> bool:
         if self.is_library(params):
@@ -149,7 +149,7 @@ class Lowering:
             a = algos[min(k, len(algos) - 1)]
             chosen.append(a)
             params.update(ns(u.tag, u.defaults(a)))
-        if all(a == libfam.ALGORITHM for a in chosen):
+        if all(a in libfam.ALGORITHMS for a in chosen):
             return None  # no Triton kernel left: not a candidate
         return params
 

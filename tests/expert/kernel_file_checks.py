@@ -32,6 +32,7 @@ tri = load("tri")
 rnn = load("rnn")
 random = load("random")
 pad = load("pad")
+layout = load("layout")
 
 
 @triton.jit
@@ -168,6 +169,25 @@ def check_pad() -> None:
             close(got, want, 0.0)
     y = torch.randn(2, 2, 3, 4, 5, 6)  # more than 5 dims: the leading ones merge
     close(pad.launch_pad(y, [1, 1, 2, 0], "constant", 3.0), F.pad(y, [1, 1, 2, 0], value=3.0), 0.0)
+
+
+def check_layout() -> None:
+    for shape in ((2, 5, 7, 3), (3, 70, 9, 11), (2, 3, 4, 5, 6), (1, 130, 1, 33)):
+        x = torch.randn(*shape)
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        for t in (x, x.transpose(-1, -2)):  # any input strides
+            got = layout.to_channels_last(t)
+            assert got.is_contiguous(memory_format=fmt), got.stride()
+            close(got, t, 0.0)
+    cl = torch.randn(2, 6, 5, 4).contiguous(memory_format=torch.channels_last)
+    assert layout.to_channels_last(cl) is cl  # already channels-last: no copy
+    for shape in ((2, 5, 7, 3), (3, 70, 9, 11), (2, 3, 4, 5, 6)):
+        x = layout.to_channels_last(torch.randn(*shape))
+        b = torch.randn(shape[1])
+        got = layout.to_contiguous(x, b)
+        assert got.is_contiguous()
+        close(got, x + b.reshape([1, -1] + [1] * (x.dim() - 2)), 0.0)
+        close(layout.to_contiguous(x, None), x, 0.0)
 
 
 if __name__ == "__main__":

@@ -399,7 +399,11 @@ def test_conv_first_seeds_follow_cudnn(descs):
     fam, plan = _plan(descs, "conv_tail_cl")
     assert fam.algorithms(plan)[0] == "library-conv+tile-epilogue"
     src = _reply(descs, "conv_tail_cl").source
-    assert "memory_format=torch.channels_last" in src and "def conv_tail_kernel(" in src
+    assert "def conv_tail_kernel(" in src
+    # the input turned channels-last by Triton, the conv called without its bias (cuDNN would add
+    # it in a pass of its own), the bias added in the tail pass
+    assert "conv2d(to_channels_last(x), self.conv.weight, None," in src and "def nchw_to_nhwc_kernel(" in src
+    assert "launch_conv_tail(t_conv, self.conv.bias," in src and "HAS_CB" in src
     fam, plan = _plan(descs, "conv3d_tf32_cl")
     first, second = (fam.defaults(plan, a) for a in fam.algorithms(plan)[:2])
     assert (first["PRECISION"], first["CHANNELS_LAST"]) == ("tf32", True)

@@ -44,6 +44,7 @@ def results() -> dict[str, str]:
         "check_rnn",
         "check_random",
         "check_pad",
+        "check_layout",
     ],
 )
 def test_kernel_file_runs_under_interpreter(results, check):

@@ -27,6 +27,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, assemble, is_node
+from ..kernelfiles import kernel_source
 from . import conv as convfam
 from . import elementwise as ew
 
@@ -43,6 +44,11 @@ class ConvPlan:
     triton_plan: convfam.ConvPlan | None = None
     # The call with a channels-last input (2-d / 3-d convolutions only).
     call_cl: str | None = None
+    # The call without its bias, on a channels-last input, and the bias (added by the tail
+    # instead: cuDNN adds a bias in a pass of its own over the output), where the call splits.
+    split_cl: tuple[str, str | None] | None = None
+    # The same on the input as it is (NCHW): the tail adds the bias there too.
+    split: tuple[str, str | None] | None = None
 
 
 def library_call(view: GraphView, c: Any, memory_format: str | None = None) -> str:
@@ -62,6 +68,51 @@ def library_call(view: GraphView, c: Any, memory_format: str | None = None) -> s
         args += [f"{k}={convfam.operand_expr(view, v, as_list=True)}" for k, v in c.kwargs.items()]
         return f"{c.target}({', '.join(args)})"
     raise Unsupported(f"{c.op} called as {c.target}")
+
+
+def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | None:
+    """(the conv call without its bias on the input `to_cl(x)`, the bias expression or None),
+    or None where the call does not split (padding modes other than zeros, extra call args)."""
+    nd = int(c.op[-2])
+    transposed = c.op.startswith("conv_transpose")
+    fn = f"torch.nn.functional.{c.op}"
+    if c.kind == "call_module":
+        if len(c.args) != 1 or c.kwargs or not is_node(c.args[0]):
+            return None
+        if c.module_attrs.get("padding_mode", "zeros") != "zeros":
+            return None
+        m = f"self.{c.target}"
+        x = (
+            f"{to_cl}({convfam.operand_expr(view, c.args[0])})"
+            if to_cl
+            else convfam.operand_expr(view, c.args[0])
+        )
+        rest = (
+            f"{m}.stride, {m}.padding, {m}.output_padding, {m}.groups, {m}.dilation"
+            if transposed
+            else f"{m}.stride, {m}.padding, {m}.dilation, {m}.groups"
+        )
+        bias = f"{m}.bias" if c.module_attrs.get("bias") else None
+        return f"{fn}({x}, {m}.weight, None, {rest})", bias
+    if c.kind != "call_function" or not str(c.target).startswith("torch.") or nd < 1:
+        return None
+    args, kwargs = list(c.args), dict(c.kwargs)
+    if len(args) < 2 or not is_node(args[0]):
+        return None
+    if len(args) > 2:
+        b = args[2]
+        args[2] = None
+    else:
+        b = kwargs.pop("bias", None)
+    if b is not None and not is_node(b):
+        return None
+    x = convfam.operand_expr(view, args[0])
+    parts = [f"{to_cl}({x})" if to_cl else x]
+    parts += [convfam.operand_expr(view, a, as_list=True) for a in args[1:]]
+    if len(parts) == 2:
+        parts.append("None")
+    parts += [f"{k}={convfam.operand_expr(view, v, as_list=True)}" for k, v in kwargs.items()]
+    return f"{fn}({', '.join(parts)})", (convfam.operand_expr(view, b) if b is not None else None)
 
 
 def match(view: GraphView) -> ConvPlan | None:
@@ -88,6 +139,8 @@ def match(view: GraphView) -> ConvPlan | None:
         epilogue=epilogue,
         triton_plan=triton_plan,
         call_cl=call_cl,
+        split_cl=split_call(view, c, "to_channels_last") if nd > 1 else None,
+        split=split_call(view, c, ""),
     )
 
 
@@ -158,6 +211,10 @@ def safer(plan: ConvPlan, params: dict[str, Any], rule: str) -> list[tuple[str, 
 def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dict[str, Any]) -> str:
     if params["algorithm"] == TILED:
         return _generate_tiled(desc, plan, params)
+    if params["algorithm"] == LIBRARY and plan.split is not None:
+        # the library conv on the input as it is, without its bias (cuDNN adds a bias in a pass of
+        # its own over the output); bias and tail in one tile pass in that layout
+        return _generate_tiled(desc, plan, {"BLOCK": 4096, "num_warps": 8, **params, "CHANNELS_LAST": False})
     if params["algorithm"] != LIBRARY:
         if plan.triton_plan is None:
             raise Unsupported(f"{plan.op}: no Triton conv kernel for this call")
@@ -210,12 +267,12 @@ def _tail_leaf(l, shape):
 
 def _tail_kernel(plan: ConvPlan) -> str:
     leaves = plan.epilogue.tensor_leaves
-    sig = "t_ptr, out_ptr, C, P, t_sn, t_sc, t_sp"
+    sig = "t_ptr, cb_ptr, out_ptr, C, P, t_sn, t_sc, t_sp"
     for lf in leaves:
         P = f"l_{lf.name}"
         sig += f", {P}_ptr, {P}_sn, {P}_sc, {P}_sp"
     sig += "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
-    sig += ", BP: tl.constexpr, BC: tl.constexpr" + "".join(
+    sig += ", BP: tl.constexpr, BC: tl.constexpr, HAS_CB: tl.constexpr" + "".join(
         f", l_{lf.name}_MODE: tl.constexpr" for lf in leaves
     )
     L = [
@@ -228,6 +285,9 @@ def _tail_kernel(plan: ConvPlan) -> str:
         # whichever stride is 1 (Triton specialises it)
         "offs = n * t_sn + pp[:, None] * t_sp + cc[None, :] * t_sc",
         "v = tl.load(t_ptr + offs, mask=m, other=0.0).to(tl.float32)",
+        # the conv's own bias, left out of the library call (one pass fewer over the output)
+        "if HAS_CB:",
+        "    v = v + tl.load(cb_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
     ]
     env = {plan.conv_node: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves}}
     for lf in leaves:
@@ -249,12 +309,13 @@ def _tail_kernel(plan: ConvPlan) -> str:
 
 def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any]) -> str:
     cl = bool(params.get("CHANNELS_LAST")) and plan.call_cl is not None
+    split = plan.split_cl if cl else plan.split
     leaves = [f"l_{lf.name}" for lf in plan.epilogue.tensor_leaves]
     scal = [f"l_{lf.name}" for lf in plan.epilogue.scalar_leaves]
     block, warps = int(params["BLOCK"]), int(params["num_warps"])
     rank = int(plan.op[-2]) + 2
     L = [
-        f"def launch_conv_tail({', '.join(['t', *leaves, *scal])}):",
+        f"def launch_conv_tail({', '.join(['t', 'cb', *leaves, *scal])}):",
         f"    unbatched = t.dim() == {rank - 1}",
         "    if unbatched:",
         "        t = t.unsqueeze(0)",
@@ -281,28 +342,32 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
         f"        bp = min({block}, triton.next_power_of_2(max(P, 1)))",
         f"        bc = max(1, min({block} // bp, triton.next_power_of_2(C)))",
         "    grid = (triton.cdiv(P, bp), triton.cdiv(C, bc), N)",
-        "    conv_tail_kernel[grid](t, out, C, P, t_sn, t_sc, t_sp"
+        "    conv_tail_kernel[grid](t, t if cb is None else cb, out, C, P, t_sn, t_sc, t_sp"
         + "".join(f", {a}" for a in args)
-        + ", BP=bp, BC=bc"
+        + ", BP=bp, BC=bc, HAS_CB=cb is not None"
         + "".join(f", l_{t[2:]}_MODE={t}_m" for t in leaves)
         + f", num_warps={warps})",
         "    return out.squeeze(0) if unbatched else out",
     ]
     call = plan.call_cl if cl else plan.call
-    fwd_args = [f"t_{plan.conv_node}", *(lf.expr for lf in plan.epilogue.tensor_leaves)]
+    bias = "None"
+    if split is not None:
+        call, bias = split[0], split[1] or "None"
+    fwd_args = [f"t_{plan.conv_node}", bias, *(lf.expr for lf in plan.epilogue.tensor_leaves)]
     fwd_args += [lf.expr for lf in plan.epilogue.scalar_leaves]
     fwd = f"t_{plan.conv_node} = {call}\nreturn launch_conv_tail({', '.join(fwd_args)})"
     ops = ", ".join(n.op for n in plan.epilogue.nodes)
     layout = "channels-last" if cl else "NCHW"
     doc = (
-        f"EGG expert: libconv family, algorithm {TILED} ({plan.op} in {layout} layout by the library, "
-        f"precision: PyTorch's default, TF32 for cuDNN convolutions; tail {ops} in one Triton pass; "
-        "mixed policy)."
+        f"EGG expert: libconv family, algorithm {params['algorithm']} ({plan.op} in {layout} layout by the library, "
+        f"precision: PyTorch's default, TF32 for cuDNN convolutions; tail {ops} in one Triton pass"
+        + ("; the input turned channels-last" if split and cl else "")
+        + ("; the conv bias added by Triton" if split else "")
+        + "; mixed policy)."
     )
-    return assemble(
-        desc,
-        ewops.HELPERS + "\n\n" + _tail_kernel(plan),
-        TAIL_HELPERS + "\n\n" + "\n".join(L) + "\n",
-        fwd,
-        doc,
-    )
+    kernels = ewops.HELPERS + "\n\n" + _tail_kernel(plan)
+    launchers = TAIL_HELPERS + "\n\n" + "\n".join(L) + "\n"
+    if split is not None and cl:
+        kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
+        launchers += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last")
+    return assemble(desc, kernels, launchers, fwd, doc)

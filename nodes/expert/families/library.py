@@ -14,17 +14,32 @@ from typing import Any
 from graph.records import TaskDescription
 
 from ..graphview import GraphView, Unsupported, assemble, is_node
+from ..kernelfiles import kernel_source
 from . import conv as convfam
-from .libconv import LIB_OPS, library_call
+from .libconv import LIB_OPS, library_call, split_call
 
 GEMM_OPS = {"linear", "matmul"}
 ALGORITHM = "library"
+# A 2-d/3-d conv in channels-last: the input turned around by Triton, cuDNN without the bias (it
+# adds a bias in a pass of its own), then the bias added on the way back to a contiguous output,
+# so the groups after it read the layout they expect. Three passes instead of one, each at full
+# bandwidth; cuDNN's channels-last TF32 conv is so much faster that it pays on large outputs
+# (KernelBench level2/17's conv: NCHW 2.72 ms, channels-last 1.62 ms of which the bias pass
+# about 0.5 ms; H200, docs/results).
+CL_ALGORITHM = "library-channels-last"
+ALGORITHMS = (ALGORITHM, CL_ALGORITHM)
+# Output elements from which the channels-last call is the first choice: below it the two extra
+# launches weigh more than the bytes they save (small feature maps of the networks).
+CL_FIRST_NUMEL = 1 << 22
 
 
 @dataclass
 class LibPlan:
     op: str
     call: str
+    # (the conv call without its bias on a channels-last input, the bias or None)
+    split_cl: tuple[str, str | None] | None = None
+    out_numel: int = 0
 
 
 def match(view: GraphView) -> LibPlan | None:
@@ -40,12 +55,27 @@ def match(view: GraphView) -> LibPlan | None:
         call = f"torch.matmul({convfam.operand_expr(view, a)}, {convfam.operand_expr(view, b)})"
     else:
         call = library_call(view, n)
-    return LibPlan(op=n.op, call=call)
+    split = split_call(view, n, "to_channels_last") if n.op in LIB_OPS and int(n.op[-2]) > 1 else None
+    numel = 1
+    for d in n.shape or []:
+        numel *= int(d)
+    return LibPlan(op=n.op, call=call, split_cl=split, out_numel=numel)
 
 
 def algorithms(plan: LibPlan) -> list[str]:
-    return [ALGORITHM]
+    if plan.split_cl is None:
+        return [ALGORITHM]
+    return [CL_ALGORITHM, ALGORITHM] if plan.out_numel >= CL_FIRST_NUMEL else [ALGORITHM, CL_ALGORITHM]
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: LibPlan, params: dict[str, Any]) -> str:
+    if params.get("algorithm") == CL_ALGORITHM and plan.split_cl is not None:
+        call, bias = plan.split_cl
+        return assemble(
+            desc,
+            kernel_source("layout.py", "nchw_to_nhwc_kernel", "nhwc_to_nchw_kernel"),
+            kernel_source("layout.py", "_layout_tiles", "to_channels_last", "to_contiguous"),
+            f"t_cl = {call}\nreturn to_contiguous(t_cl, {bias or 'None'})",
+            f"library {plan.op} in channels-last, bias and layout back in one Triton pass (mixed policy)",
+        )
     return assemble(desc, "", "", f"return {plan.call}", f"library {plan.op} (mixed policy)")

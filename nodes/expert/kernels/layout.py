@@ -1,0 +1,67 @@
+"""Layout changes in one pass at full bandwidth: an (N, C, *spatial) tensor to channels-last, the
+layout in which cuDNN runs fp32 convolutions fastest. Each program moves one (pixels x channels)
+tile of one sample: loads are coalesced along pixels (the NCHW stride-1 dim), stores along
+channels (the channels-last stride-1 dim); Triton turns the tile around in shared memory.
+PyTorch's own `contiguous(memory_format=torch.channels_last)` moves the same bytes at about half
+the rate on an H200 (0.57 ms for a 512 MiB tensor, docs/results)."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def nchw_to_nhwc_kernel(x_ptr, out_ptr, C, P, BP: tl.constexpr, BC: tl.constexpr):
+    pp = tl.program_id(0) * BP + tl.arange(0, BP)
+    cc = tl.program_id(1) * BC + tl.arange(0, BC)
+    base = tl.program_id(2).to(tl.int64) * C * P
+    m = (pp < P)[:, None] & (cc < C)[None, :]
+    v = tl.load(x_ptr + base + cc[None, :].to(tl.int64) * P + pp[:, None], mask=m)
+    tl.store(out_ptr + base + pp[:, None].to(tl.int64) * C + cc[None, :], v, mask=m)
+
+
+def _layout_tiles(x):
+    """(C, P, pixels per tile, channels per tile, grid) of a layout change of a non-empty x."""
+    N, C = x.shape[0], x.shape[1]
+    P = x[0, 0].numel()
+    bc = min(64, triton.next_power_of_2(C))
+    bp = max(32, 4096 // bc)
+    return C, P, bp, bc, (triton.cdiv(P, bp), triton.cdiv(C, bc), N)
+
+
+def to_channels_last(x):
+    """`x` (N, C, H, W) or (N, C, D, H, W) laid out channels-last, the same values."""
+    fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+    if x.is_contiguous(memory_format=fmt):
+        return x
+    x = x.contiguous()
+    out = torch.empty_like(x, memory_format=fmt)
+    if out.numel():
+        C, P, bp, bc, grid = _layout_tiles(x)
+        nchw_to_nhwc_kernel[grid](x, out, C, P, BP=bp, BC=bc, num_warps=8)
+    return out
+
+
+@triton.jit
+def nhwc_to_nchw_kernel(x_ptr, b_ptr, out_ptr, C, P, HAS_B: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr):
+    pp = tl.program_id(0) * BP + tl.arange(0, BP)
+    cc = tl.program_id(1) * BC + tl.arange(0, BC)
+    base = tl.program_id(2).to(tl.int64) * C * P
+    m = (pp < P)[:, None] & (cc < C)[None, :]
+    v = tl.load(x_ptr + base + pp[:, None].to(tl.int64) * C + cc[None, :], mask=m)
+    if HAS_B:
+        v = v + tl.load(b_ptr + cc, mask=cc < C, other=0.0)[None, :].to(v.dtype)
+    tl.store(out_ptr + base + cc[None, :].to(tl.int64) * P + pp[:, None], v, mask=m)
+
+
+def to_contiguous(t, bias):
+    """A channels-last (N, C, *spatial) `t` as a contiguous tensor, plus a per-channel `bias`
+    (or None) on the way: one pass, loads coalesced along channels, stores along pixels."""
+    t = to_channels_last(t)  # (what the library returns for a channels-last input already)
+    out = torch.empty(t.shape, device=t.device, dtype=t.dtype)
+    if out.numel():
+        C, P, bp, bc, grid = _layout_tiles(t)
+        nhwc_to_nchw_kernel[grid](
+            t, t if bias is None else bias, out, C, P, HAS_B=bias is not None, BP=bp, BC=bc, num_warps=8
+        )
+    return out

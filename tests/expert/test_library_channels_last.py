@@ -1,0 +1,115 @@
+"""A library conv group in channels-last (mixed policy): the input turned channels-last by
+Triton, cuDNN without the bias, the bias added on the way back to a contiguous tensor for the
+groups after it. Chosen first for large outputs, offered second for small ones; each task here
+goes through the real sandbox with that seed (random trials, the x3 scaled trial, a second
+non-power-of-two shape)."""
+
+from __future__ import annotations
+
+import pytest
+from expert_helpers import describe_many, request
+
+from graph.records import TaskSpec
+from nodes.expert import ExpertCode
+from nodes.expert.families import library as libfam
+
+toolbox = pytest.importorskip("tools.toolbox")
+
+CONV_NORM = """
+import torch
+import torch.nn as nn
+
+B = 2
+C_IN = 3
+C_OUT = 5
+H = 11
+W = 9
+
+
+class Model(nn.Module):
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, 3, padding=1)
+        self.norm = nn.InstanceNorm2d(c_out)
+
+    def forward(self, x):
+        return self.norm(self.conv(x)) / 2.0
+
+
+def get_inputs():
+    return [torch.randn(B, C_IN, H, W)]
+
+
+def get_init_inputs():
+    return [C_IN, C_OUT]
+"""
+
+# a functional transposed 3-d conv without a bias, then a softmax over channels
+CONVT3D_SOFTMAX = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B = 2
+C_IN = 4
+C_OUT = 6
+D = 3
+H = 5
+W = 4
+
+
+class Model(nn.Module):
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(c_in, c_out, 2, 2, 2) * 0.2)
+
+    def forward(self, x):
+        y = F.conv_transpose3d(x, self.weight, None, stride=2)
+        return torch.softmax(y, dim=1) * 3.0
+
+
+def get_inputs():
+    return [torch.randn(B, C_IN, D, H, W)]
+
+
+def get_init_inputs():
+    return [C_IN, C_OUT]
+"""
+
+TASKS = {"conv-instancenorm": CONV_NORM, "convt3d-softmax": CONVT3D_SOFTMAX}
+
+
+def _cl_seed(desc):
+    for i in range(6):
+        r = ExpertCode().write(request(desc, seed_index=i, n_seeds=6))
+        if r.source is None:
+            break
+        if any(v == libfam.CL_ALGORITHM for k, v in r.params.items() if k.endswith(".algorithm")):
+            return r
+    return None
+
+
+def test_channels_last_first_only_for_large_outputs():
+    big = (
+        CONV_NORM.replace("H = 11", "H = 300").replace("W = 9", "W = 300").replace("C_OUT = 5", "C_OUT = 32")
+    )
+    small, large = describe_many([(CONV_NORM, {}), (big, {})])
+    first_small = ExpertCode().write(request(small)).params
+    first_large = ExpertCode().write(request(large)).params
+    assert first_small["g0.algorithm"] == libfam.ALGORITHM
+    assert first_large["g0.algorithm"] == libfam.CL_ALGORITHM
+    src = ExpertCode().write(request(large)).source
+    assert "conv2d(g0_to_channels_last(x), self.conv.weight, None," in src
+    assert "g0_to_contiguous(t_cl, self.conv.bias)" in src
+
+
+@pytest.mark.parametrize("key", list(TASKS))
+def test_channels_last_library_group_verifies(key):
+    tb = toolbox.Toolbox()
+    task = TaskSpec(path=f"{key}.py", name=key, source=TASKS[key])
+    desc = tb.describe(task, shrink=False)
+    reply = _cl_seed(desc)
+    assert reply is not None, "no seed uses the channels-last library conv"
+    chk = tb.check(task, reply.source, policy="mixed")
+    assert chk.accepted, chk.reasons
+    assert len(chk.shapes_checked) >= 2, chk.shapes_checked
