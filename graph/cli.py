@@ -142,7 +142,8 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
             return None  # the command says it once, on stderr
         desc = upd.get("desc")
         sizes = desc.sizes_used if desc else {}
-        return f"prepare: loaded {upd['task'].name}, {len(desc.op_graph) if desc else 0} ops, sizes {sizes}"
+        aten = " (captured at the ATen level)" if desc and desc.capture_path == "aten" else ""
+        return f"prepare: loaded {upd['task'].name}, {len(desc.op_graph) if desc else 0} ops{aten}, sizes {sizes}"
     if node == "code" and cur is not None:
         return f"{where}: wrote {cur.candidate.id} ({cur.candidate.mode}: {cur.candidate.origin})"
     if node in ("compile", "check", "time") and cur is not None:

@@ -63,7 +63,8 @@ class ParamInfo(Record):
 
 
 class OpNode(Record):
-    """One node of the reference's captured computation (torch.fx, torch level)."""
+    """One node of the reference's captured computation at the torch level (torch.fx, or an ATen
+    trace mapped back to torch-level ops: tools/worker/atencapture.py)."""
 
     name: str
     kind: Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
@@ -107,6 +108,16 @@ class TaskDescription(Record):
     check_peak_bytes: float | None = None
     # On a GPU: that estimate as shares of the GPU's memory (tools/worker/gpumem.py).
     check_memory_units: int | None = None
+
+    @property
+    def capture_path(self) -> str | None:
+        """Which tracer captured op_graph: "fx", "fx-concrete" (fx with concrete shapes) or "aten"
+        (make_fx at the ATen level, when neither fx trace works); the output node records it.
+        None without a graph (or for a description older than the record)."""
+        for n in reversed(self.op_graph):
+            if n.kind == "output":
+                return n.module_attrs.get("capture")
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

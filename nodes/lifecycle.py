@@ -68,7 +68,12 @@ def make_prepare_node(deps: Deps):
         }
         task = task.model_copy(update={"size_overrides": overrides})
         log.info(
-            "prepare", task=task.name, device=settings.device, ops=len(desc.op_graph), sizes=desc.sizes_used
+            "prepare",
+            task=task.name,
+            device=settings.device,
+            ops=len(desc.op_graph),
+            capture=desc.capture_path,
+            sizes=desc.sizes_used,
         )
         return {**update, "task": task, "desc": desc}
 

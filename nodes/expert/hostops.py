@@ -55,6 +55,13 @@ VIEW_OPS = {
     "to",
     "type_as",
     "float",
+    # fresh tensors of a given value, shaped like another (the checker counts them as allocation)
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "new_zeros",
+    "new_ones",
+    "new_full",
 }
 # Reductions returning (values, indices) when given a dim.
 TUPLE_REDUCTIONS = {"max", "min", "median", "mode", "kthvalue"}
@@ -185,11 +192,47 @@ def named_sizes(view: GraphView, inputs: bool = True) -> dict[int, str]:
     return _unique(found)
 
 
+def _reshape_groups(src: list[int], out: list[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Source dims and output dims of a reshape paired into groups of equal product, in order
+    ((i,) -> (j,) kept, (i, k) -> (j,) merged, (i,) -> (j, l) split; size-1 dims on their own).
+    None when the sizes do not pair up (zero-size dims)."""
+    if 0 in src or 0 in out:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) or j < len(out):
+        if j < len(out) and out[j] == 1 and (i >= len(src) or src[i] != 1):
+            groups.append(([], [j]))
+            j += 1
+        elif i < len(src) and src[i] == 1 and (j >= len(out) or out[j] != 1):
+            groups.append(([i], []))
+            i += 1
+        elif i < len(src) and j < len(out):
+            gi, gj, ps, po = [i], [j], src[i], out[j]
+            i, j = i + 1, j + 1
+            while ps != po:
+                if ps < po and i < len(src):
+                    ps, i = ps * src[i], i + 1
+                    gi.append(i - 1)
+                elif po < ps and j < len(out):
+                    po, j = po * out[j], j + 1
+                    gj.append(j - 1)
+                else:
+                    return None
+            groups.append((gi, gj))
+        else:
+            return None
+    return groups
+
+
 def run_time_dims(x: str, src: list[int], out: list[int], known: dict[int, str] | None = None) -> list[str]:
-    """Sizes of a reshape the capture baked into numbers (a concrete-shape trace), written
-    against the run's own input `x`: leading and trailing dims the reshape keeps are read from
-    x, one dim in between is -1 (the rest), and what is left is read from `known` (a model
-    attribute or a forward input's dim with that value, see named_sizes) or stays a number."""
+    """Sizes of a reshape the capture baked into numbers (a concrete-shape or ATen trace),
+    written against the run's own input `x`. Source and output dims are paired into groups of
+    equal product: a kept dim is read from x (`x.shape[i]`), merged dims are their product, and
+    a split dim gives each piece its name in `known` (a model attribute or a forward input's dim
+    with that value, see named_sizes) or its number, except one piece, computed as the rest
+    (`x.shape[i] // self.block_len`): the last one no model attribute names. A reshape with a
+    single computed size writes it as -1."""
     known = known or {}
     out = list(out)
     if -1 in out:
@@ -202,26 +245,40 @@ def run_time_dims(x: str, src: list[int], out: list[int], known: dict[int, str] 
         for d in src:
             total *= d
         out[k] = total // rest if rest else 0
-    lead = 0
-    while lead < min(len(src), len(out)) and src[lead] == out[lead]:
-        lead += 1
-    trail = 0
-    while trail < min(len(src), len(out)) - lead and src[len(src) - 1 - trail] == out[len(out) - 1 - trail]:
-        trail += 1
-    text = [f"{x}.shape[{i}]" for i in range(lead)]
-    middle = out[lead : len(out) - trail]
-    if middle:
-        text += [known.get(d, str(d)) for d in middle[:-1]] + ["-1"]
-    text += [f"{x}.shape[{len(src) - trail + i}]" for i in range(trail)]
-    big_src = [i for i, d in enumerate(src) if d != 1]
-    big_out = [i for i, d in enumerate(out) if d != 1]
-    if any(d != 1 and d not in known for d in middle[:-1]) and [src[i] for i in big_src] == [
-        out[i] for i in big_out
-    ]:
-        # only size-1 dims added or dropped (view(1, -1, 1, 1, 1) of a (C,) parameter), yet a
-        # size would stay a number: every dim but the 1s is the input's own, read at run time
-        at = dict(zip(big_out, big_src, strict=True))
-        return [f"{x}.shape[{at[i]}]" if i in at else "1" for i in range(len(out))]
+    groups = _reshape_groups(src, out)
+    if groups is None:
+        return [str(d) for d in out]
+    text = [""] * len(out)
+    computed: list[int] = []
+    for gi, gj in groups:
+        if not gj:
+            continue
+        whole = " * ".join(f"{x}.shape[{i}]" for i in gi)
+        if len(gj) == 1:
+            text[gj[0]] = whole if gi else "1"
+            if len(gi) > 1:
+                text[gj[0]] = f"({whole})"
+                computed.append(gj[0])
+            continue
+        free = [j for j in gj if out[j] != 1]
+        # the piece computed from the rest: the last one no model attribute names
+        c = next((j for j in reversed(free) if not known.get(out[j], "").startswith("self.")), free[-1])
+        others = []
+        for j in gj:
+            text[j] = "1" if out[j] == 1 else known.get(out[j], str(out[j]))
+            if j != c and out[j] != 1:
+                others.append(text[j])
+        lits = [t for t in others if t.isdigit()]
+        named = [t for t in others if not t.isdigit()]
+        lit = 1
+        for t in lits:
+            lit *= int(t)
+        div = named + ([str(lit)] if lit != 1 or not named else [])
+        base = f"({whole})" if len(gi) > 1 else whole
+        text[c] = f"({base} // {' // '.join(div)})"
+        computed.append(c)
+    if len(computed) == 1:
+        text[computed[0]] = "-1"
     return text
 
 
@@ -262,7 +319,9 @@ def host_expr(view: GraphView, n: OpNode, expr: Callable[[str], str], device_exp
         src = view.nodes[view.resolve(n.args[0]["node"])]
         if all(isinstance(d, int) and not isinstance(d, bool) for d in dims) and src.shape:
             x = val(n.args[0])
-            return f"{x}.reshape({', '.join(run_time_dims(x, src.shape, list(dims), named_sizes(view)))})"
+            # a size both a model attribute and an input's dim is the attribute's
+            known = {**named_sizes(view), **named_sizes(view, inputs=False)}
+            return f"{x}.reshape({', '.join(run_time_dims(x, src.shape, list(dims), known))})"
     if n.op == "getattr":
         return f"{val(n.args[0])}.{n.args[1]}"
     if n.op in _BINARY and n.shape is None:

@@ -480,6 +480,12 @@ def _constant_node(
     value = getattr(gm, target, None)
     if not isinstance(value, torch.Tensor):
         return None
+    return constant_op(value)
+
+
+def constant_op(value: torch.Tensor) -> tuple[str, dict]:
+    """(op, kwargs) describing a tensor the forward built without its inputs: a triangular mask
+    (`tri_mask`), a number (`scalar_constant`), or else an opaque `tensor_constant`."""
     tri = _tri_mask(value)
     if tri is not None:
         return "tri_mask", tri
@@ -542,7 +548,9 @@ def _traced(gm: torch.fx.GraphModule, model: torch.nn.Module) -> torch.fx.GraphM
 
 
 def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], str | None]:
-    """Trace `model` and propagate shapes with `example_inputs`.
+    """Trace `model` and propagate shapes with `example_inputs`: torch.fx symbolic tracing, then
+    the concrete-shape fx tracer, then (when both fail) the ATen-level trace. The output node's
+    module_attrs["capture"] says which ("fx", "fx-concrete", "aten").
 
     Returns (nodes, None) on success and ([], reason) when tracing or shape propagation fails.
     """
@@ -553,12 +561,15 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
         # otherwise leave a proxy of this trace in the module for the next trace to extend.
         defaults = _defaults_not_given(model, len(example_inputs)) or None
         gm = _traced(torch.fx.symbolic_trace(copy.deepcopy(model), concrete_args=defaults), model)
+        path = "fx"
     except Exception as e:  # shape-derived Python values, data-dependent control flow...
         first = f"torch.fx symbolic_trace failed: {type(e).__name__}: {str(e)[:300]}"
         try:
             gm = _traced(_concrete_trace(copy.deepcopy(model), example_inputs), model)
+            path = "fx-concrete"
         except Exception as e2:  # data-dependent control flow etc.: a description, not a crash
-            return [], f"{first}; concrete-shape trace failed: {type(e2).__name__}: {str(e2)[:200]}"
+            fx_failed = f"{first}; concrete-shape trace failed: {type(e2).__name__}: {str(e2)[:200]}"
+            return _capture_aten(model, example_inputs, fx_failed)
     try:
         with torch.no_grad():
             ShapeProp(gm).propagate(*example_inputs)
@@ -571,7 +582,7 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
             cgm = _traced(_concrete_trace(copy.deepcopy(model), example_inputs), model)
             with torch.no_grad():
                 ShapeProp(cgm).propagate(*example_inputs)
-            gm = cgm
+            gm, path = cgm, "fx-concrete"
         except Exception:
             pass
 
@@ -609,6 +620,7 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
         elif n.op == "output":
             op = "output"
             target = "output"
+            attrs = {"capture": path}
         elif n.op == "call_module":
             mod = modules[str(n.target)]
             module_type = type(mod).__name__
@@ -636,6 +648,26 @@ def capture(model: torch.nn.Module, example_inputs: list) -> tuple[list[dict], s
             }
         )
     return normalize(nodes), None
+
+
+def _capture_aten(
+    model: torch.nn.Module, example_inputs: list, fx_failed: str
+) -> tuple[list[dict], str | None]:
+    """The third path (tools/worker/atencapture.py), when neither fx trace works: the graph, or
+    why not (both fx failures and the ATen one)."""
+    from tools.worker.atencapture import AtenCaptureError, capture_aten
+
+    try:
+        nodes = capture_aten(model, example_inputs)
+    except AtenCaptureError as e:
+        return [], f"{fx_failed}; {str(e)[:400]}"
+    except Exception as e:  # a tracer crash is a description too
+        return [], f"{fx_failed}; aten capture failed: {type(e).__name__}: {str(e)[:300]}"
+    return normalize(nodes), None
+
+
+# Which path captured a graph: the output node's module_attrs["capture"].
+CAPTURE_PATHS = ("fx", "fx-concrete", "aten")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -798,6 +830,109 @@ def _einsum(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
         new.append(
             _node(name, "call_method", "permute", "permute", [{"node": last}, perm], n["shape"], dtype)
         )
+    return new
+
+
+def _einsum_terms(n: dict) -> tuple[list[str], str, list] | None:
+    """(operand index strings, output indices, operand refs) of an explicit einsum, else None."""
+    args = n["args"]
+    if n["op"] != "einsum" or not args or not isinstance(args[0], str):
+        return None
+    ops = args[1:]
+    if len(ops) == 1 and isinstance(ops[0], list):
+        ops = ops[0]
+    eq = args[0].replace(" ", "")
+    if "..." in eq or "->" not in eq or not all(isinstance(o, dict) and "node" in o for o in ops):
+        return None
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ops):
+        return None
+    return terms, out, ops
+
+
+def _einsum_scale(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
+    """A two-operand einsum that contracts nothing and where one operand's indices are all the
+    other's (`bclhn,bhcl->bclhn`): a broadcast multiply. Each operand is permuted to the output's
+    order and given size-1 dims (unsqueeze) for the indices it lacks."""
+    parsed = _einsum_terms(n)
+    if parsed is None or len(parsed[0]) != 2:
+        return None
+    (a_idx, b_idx), out, ops = parsed
+    if any(len(set(x)) != len(x) for x in (a_idx, b_idx, out)) or set(a_idx) | set(b_idx) != set(out):
+        return None
+    if not (set(a_idx) <= set(b_idx) or set(b_idx) <= set(a_idx)):
+        return None  # an outer product: the batched matmul of _einsum
+    name, dtype = n["name"], n["dtype"]
+    size: dict[str, int] = {}
+    for idx, o in zip((a_idx, b_idx), ops, strict=True):
+        shape = by_name[o["node"]]["shape"]
+        if shape is None or len(shape) != len(idx):
+            return None
+        size.update(zip(idx, shape, strict=True))
+    new: list[dict] = []
+
+    def aligned(src: dict, idx: str, tag: str) -> dict:
+        order = [c for c in out if c in idx]
+        perm = [idx.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            m = f"{name}_{tag}p"
+            new.append(
+                _node(m, "call_method", "permute", "permute", [src, perm], [size[c] for c in order], dtype)
+            )
+            src = {"node": m}
+        have = list(order)
+        for j, c in enumerate(out):
+            if c not in idx:
+                have.insert(j, c)
+                m = f"{name}_{tag}u{j}"
+                shape = [size[x] if x in idx else 1 for x in have]
+                new.append(_node(m, "call_method", "unsqueeze", "unsqueeze", [src, j], shape, dtype))
+                src = {"node": m}
+        return src
+
+    a = aligned(ops[0], a_idx, "a")
+    b = aligned(ops[1], b_idx, "b")
+    new.append(_node(name, "call_function", "mul", "operator.mul", [a, b], n["shape"], dtype))
+    return new
+
+
+def _einsum_chain(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
+    """An einsum of three or more operands as two-operand einsums, left to right (as torch
+    contracts them without opt_einsum): each step keeps the indices the output or a later operand
+    needs. Each step is lowered as a broadcast multiply (_einsum_scale) or a batched matmul
+    (_einsum); None when a step is neither."""
+    parsed = _einsum_terms(n)
+    if parsed is None or len(parsed[0]) < 3:
+        return None
+    terms, out, ops = parsed
+    size: dict[str, int] = {}
+    for idx, o in zip(terms, ops, strict=True):
+        shape = by_name.get(o["node"], {}).get("shape")
+        if shape is None or len(shape) != len(idx) or len(set(idx)) != len(idx):
+            return None
+        size.update(zip(idx, shape, strict=True))
+    known = dict(by_name)
+    new: list[dict] = []
+    cur_idx, cur = terms[0], ops[0]
+    for k in range(1, len(terms)):
+        last = k == len(terms) - 1
+        needed = set(out) | set("".join(terms[k + 1 :]))
+        res = out if last else "".join(c for c in dict.fromkeys(cur_idx + terms[k]) if c in needed)
+        step = {
+            **n,
+            "name": n["name"] if last else f"{n['name']}_c{k}",
+            "args": [f"{cur_idx},{terms[k]}->{res}", cur, ops[k]],
+            "kwargs": {},
+            "shape": [size[c] for c in res],
+        }
+        lowered = _einsum_scale(step, known) or _einsum(step, known)
+        if lowered is None:
+            return None
+        for m in lowered:
+            known[m["name"]] = m
+        new += lowered
+        cur_idx, cur = res, {"node": step["name"]}
     return new
 
 
@@ -995,7 +1130,15 @@ def normalize(nodes: list[dict]) -> list[dict]:
         if n["kind"] in ("call_module", "call_function", "call_method"):
             new = _adaptive_pool(n) or _binary_min_max(n)
             rewritten = (
-                [new] if new is not None else (_einsum(n, by_name) or _mha(n, nodes) or _lp_normalize(n))
+                [new]
+                if new is not None
+                else (
+                    _einsum_chain(n, by_name)
+                    or _einsum_scale(n, by_name)
+                    or _einsum(n, by_name)
+                    or _mha(n, nodes)
+                    or _lp_normalize(n)
+                )
             )
         else:
             rewritten = None
