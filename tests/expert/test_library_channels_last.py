@@ -44,8 +44,8 @@ def get_init_inputs():
     return [C_IN, C_OUT]
 """
 
-# a functional transposed 3-d conv without a bias, then a softmax over channels
-CONVT3D_SOFTMAX = """
+# a functional transposed 3-d conv without a bias, then a group norm
+CONVT3D_NORM = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -62,10 +62,11 @@ class Model(nn.Module):
     def __init__(self, c_in, c_out):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(c_in, c_out, 2, 2, 2) * 0.2)
+        self.norm = nn.GroupNorm(3, c_out)
 
     def forward(self, x):
         y = F.conv_transpose3d(x, self.weight, None, stride=2)
-        return torch.softmax(y, dim=1) * 3.0
+        return self.norm(y) * 3.0
 
 
 def get_inputs():
@@ -76,7 +77,38 @@ def get_init_inputs():
     return [C_IN, C_OUT]
 """
 
-TASKS = {"conv-instancenorm": CONV_NORM, "convt3d-softmax": CONVT3D_SOFTMAX}
+# a conv, a softmax over its channels and a tail: one tile pass holds every channel of a pixel
+CONV_SOFTMAX = """
+import torch
+import torch.nn as nn
+
+B = 2
+C_IN = 3
+C_OUT = 12
+H = 9
+W = 11
+
+
+class Model(nn.Module):
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(c_in, c_out, 3, stride=2, padding=1, output_padding=1)
+        self.bias = nn.Parameter(torch.randn(c_out, 1, 1))
+
+    def forward(self, x):
+        x = torch.softmax(self.conv(x) * 1.5, dim=1)
+        return torch.sigmoid((x + self.bias) * 2.0)
+
+
+def get_inputs():
+    return [torch.randn(B, C_IN, H, W)]
+
+
+def get_init_inputs():
+    return [C_IN, C_OUT]
+"""
+
+TASKS = {"conv-instancenorm": CONV_NORM, "convt3d-groupnorm": CONVT3D_NORM}
 
 
 def _cl_seed(desc):
@@ -113,3 +145,18 @@ def test_channels_last_library_group_verifies(key):
     chk = tb.check(task, reply.source, policy="mixed")
     assert chk.accepted, chk.reasons
     assert len(chk.shapes_checked) >= 2, chk.shapes_checked
+
+
+def test_channel_softmax_tail_seeds_verify():
+    """Both tile-pass seeds (channels-last and the input's own layout) of a conv whose tail has a
+    softmax over channels: one kernel after the library conv, checked at a second shape."""
+    tb = toolbox.Toolbox()
+    task = TaskSpec(path="conv_softmax.py", name="conv_softmax", source=CONV_SOFTMAX)
+    desc = tb.describe(task, shrink=False)
+    replies = [ExpertCode().write(request(desc, seed_index=i, n_seeds=2)) for i in range(2)]
+    assert [r.algorithm for r in replies] == ["library-conv+tile-epilogue", "library-conv+fused-epilogue"]
+    for r in replies:
+        assert r.family == "libconv" and "tl.max(s_in, 1)" in r.source
+        chk = tb.check(task, r.source, policy="mixed")
+        assert chk.accepted, (r.algorithm, chk.reasons)
+        assert len(chk.shapes_checked) >= 2, chk.shapes_checked

@@ -43,6 +43,7 @@ from tools.worker.common import (
     chunk_ranges,
     clone_inputs,
     dtype_name,
+    float64_twin_mode,
     int_constants,
     is_oom,
     load_task,
@@ -272,7 +273,8 @@ class Checker:
             with rec:
                 native = as_outputs(ref(*clone_inputs(inputs)))
             self.ref_ops.extend(rec.ops)
-            full = as_outputs(ref64(*upcast_copies(inputs)))
+            with float64_twin_mode():
+                full = as_outputs(ref64(*upcast_copies(inputs)))
         return [o.detach() for o in native], full
 
     def inputs(self, task: LoadedTask, seed: int, transform: str | None) -> list[Any]:

@@ -281,6 +281,38 @@ def upcast_copies(xs: list[Any]) -> list[Any]:
     ]
 
 
+# Factory functions whose float32 results (the default dtype) the float64 twin upcasts.
+_FACTORIES = (
+    "randn", "rand", "randn_like", "rand_like", "zeros", "ones", "full", "empty",
+    "zeros_like", "ones_like", "full_like", "empty_like", "tensor", "arange", "linspace", "eye",
+)  # fmt: skip
+
+
+def float64_twin_mode() -> Any:
+    """A torch-function mode for the reference's float64 twin: a float32 tensor the forward
+    creates itself (`torch.randn(n, h, device=x.device)`, an initial state) comes out in float64,
+    so it meets the twin's float64 weights as the float32 one meets the float32 weights, instead
+    of failing in the first op that mixes them ("mat1 and mat2 must have the same dtype")."""
+    from torch.overrides import TorchFunctionMode
+
+    names = {getattr(torch, n) for n in _FACTORIES if hasattr(torch, n)}
+
+    class _Twin(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if (
+                func in names
+                and kwargs.get("dtype") is None
+                and isinstance(out, torch.Tensor)
+                and out.dtype == torch.float32
+            ):
+                return out.double()
+            return out
+
+    return _Twin()
+
+
 def as_outputs(out: Any) -> list[Any]:
     if isinstance(out, (tuple, list)):
         return list(out)

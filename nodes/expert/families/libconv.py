@@ -19,14 +19,14 @@ Algorithms (the seeds):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graph.records import TaskDescription
 
 from .. import ewops
 from ..chain import Chain, collect_chain
-from ..graphview import GraphView, Leaf, Unsupported, assemble, is_node
+from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
 from ..kernelfiles import kernel_source
 from . import conv as convfam
 from . import elementwise as ew
@@ -49,6 +49,10 @@ class ConvPlan:
     split_cl: tuple[str, str | None] | None = None
     # The same on the input as it is (NCHW): the tail adds the bias there too.
     split: tuple[str, str | None] | None = None
+    # A softmax over channels inside the tail (the epilogue chain's nodes before it are named in
+    # before_softmax, the rest come after it); only the tile-pass algorithms hold every channel.
+    softmax: Any = None
+    before_softmax: list[str] = field(default_factory=list)
 
 
 def library_call(view: GraphView, c: Any, memory_format: str | None = None) -> str:
@@ -115,6 +119,33 @@ def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | 
     return f"{fn}({', '.join(parts)})", (convfam.operand_expr(view, b) if b is not None else None)
 
 
+# Channels a tile of the channel-softmax tail holds at once (every channel of a pixel).
+MAX_SOFTMAX_CHANNELS = 2048
+
+
+def _channel_softmax(view: GraphView, c: Any, epi: list[Any]) -> Any:
+    """The one softmax over the channel dim in the tail (None without one): the tail kernel holds
+    every channel of its pixels, so it normalises across them between two elementwise runs."""
+    sms = [n for n in epi if n.op == "softmax"]
+    if not sms:
+        return None
+    if len(sms) > 1:
+        raise Unsupported("more than one softmax after the conv")
+    sm = sms[0]
+    rank = len(sm.shape or [])
+    dim = arg_value(sm, 1, "dim", None)
+    if not isinstance(dim, int) or rank < 3 or dim % rank != 1:
+        raise Unsupported("softmax after the conv is not over channels")
+    if arg_value(sm, 2, "dtype", None) is not None:
+        raise Unsupported("softmax with a dtype after the conv")
+    if (c.shape or [0, 0])[1] > MAX_SOFTMAX_CHANNELS:
+        raise Unsupported(f"softmax over more than {MAX_SOFTMAX_CHANNELS} channels in one tile")
+    src = sm.args[0] if sm.args else sm.kwargs.get("input")
+    if not is_node(src):
+        raise Unsupported("softmax of a constant")
+    return sm
+
+
 def match(view: GraphView) -> ConvPlan | None:
     nodes = view.compute_nodes()
     convs = [n for n in nodes if n.op in LIB_OPS]
@@ -124,10 +155,13 @@ def match(view: GraphView) -> ConvPlan | None:
     epi = nodes[1:]
     if not epi:
         raise Unsupported(f"a lone {c.op} is the library call itself: nothing to write in Triton")
-    epilogue = collect_chain(view, epi, internal={c.name})
+    sm = _channel_softmax(view, c, epi)
+    epilogue = collect_chain(
+        view, [n for n in epi if n is not sm], internal={c.name} | ({sm.name} if sm else set())
+    )
     call = library_call(view, c)
     try:
-        triton_plan = convfam.plan_conv(view, c, epi)
+        triton_plan = convfam.plan_conv(view, c, epi) if sm is None else None
     except Unsupported:
         triton_plan = None
     nd = int(c.op[-2])
@@ -137,6 +171,8 @@ def match(view: GraphView) -> ConvPlan | None:
         conv_node=c.name,
         op=c.op,
         epilogue=epilogue,
+        softmax=sm,
+        before_softmax=[n.name for n in epi[: epi.index(sm)]] if sm else [],
         triton_plan=triton_plan,
         call_cl=call_cl,
         split_cl=split_call(view, c, "to_channels_last") if nd > 1 else None,
@@ -150,6 +186,8 @@ _LIBRARY_ALGOS = (LIBRARY, TILED)
 
 
 def algorithms(plan: ConvPlan) -> list[str]:
+    if plan.softmax is not None:
+        return [TILED, LIBRARY] if plan.split is not None else [TILED]
     extra = convfam.algorithms(plan.triton_plan) if plan.triton_plan is not None else []
     return [TILED, LIBRARY, *extra]
 
@@ -302,7 +340,24 @@ def _tail_kernel(plan: ConvPlan) -> str:
             f"    x_{lf.name} = tl.load({P}_ptr).to(tl.float32)",
         ]
         env[lf.name] = f"x_{lf.name}"
-    body, last = plan.epilogue.body(env)
+    if plan.softmax is None:
+        body, last = plan.epilogue.body(env)
+    else:
+        pre = [n for n in plan.epilogue.nodes if n.name in plan.before_softmax]
+        post = [n for n in plan.epilogue.nodes if n.name not in plan.before_softmax]
+        body, last = Chain(nodes=pre).body(env)
+        src = plan.softmax.args[0] if plan.softmax.args else plan.softmax.kwargs["input"]
+        body += [
+            # the tile holds every channel of its pixels (BC >= C): softmax across the tile's rows
+            f"s_in = tl.where(m, {env[src['node']]}, -float('inf'))",
+            "s_max = tl.where(pp < P, tl.max(s_in, 1), 0.0)",
+            "s_e = tl.where(m, tl.exp(s_in - s_max[:, None]), 0.0)",
+            "s_y = s_e / tl.where(pp < P, tl.sum(s_e, 1), 1.0)[:, None]",
+        ]
+        env[plan.softmax.name] = "s_y"
+        more, last = Chain(nodes=post).body(env)
+        body += more
+        last = last or "s_y"
     L += [*body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=m)"]
     return "@triton.jit\ndef conv_tail_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
@@ -335,7 +390,16 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
     args += [f"float({x})" for x in scal]
     L += [
         # the contiguous dim runs along the tile's long side
-        "    if t_sc == 1 and C > 1:",
+        *(
+            [
+                "    if True:  # a channel softmax: every channel of a pixel in one tile",
+                "        bc = triton.next_power_of_2(C)",
+                f"        bp = max(1, {block} // bc)",
+            ]
+            if plan.softmax is not None
+            else []
+        ),
+        f"    {'elif' if plan.softmax is not None else 'if'} t_sc == 1 and C > 1:",
         "        bc = min(128, triton.next_power_of_2(C))",
         f"        bp = max(1, {block} // bc)",
         "    else:",
@@ -357,6 +421,8 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
     fwd_args += [lf.expr for lf in plan.epilogue.scalar_leaves]
     fwd = f"t_{plan.conv_node} = {call}\nreturn launch_conv_tail({', '.join(fwd_args)})"
     ops = ", ".join(n.op for n in plan.epilogue.nodes)
+    if plan.softmax is not None:
+        ops = f"softmax over channels with {ops or 'nothing'} around it"
     layout = "channels-last" if cl else "NCHW"
     doc = (
         f"EGG expert: libconv family, algorithm {params['algorithm']} ({plan.op} in {layout} layout by the library, "

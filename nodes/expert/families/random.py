@@ -10,6 +10,7 @@ from typing import Any
 from graph.records import TaskDescription
 
 from ..graphview import GraphView, Unsupported, assemble, is_node
+from ..hostops import named_sizes
 from ..kernelfiles import kernel_source
 
 RANDOM_OPS = {"randn": True, "rand": False}
@@ -33,7 +34,8 @@ def _value(view: GraphView, a: Any, what: str) -> str:
             raise Unsupported(f"random tensor {what} computed inside the group")
         return lf.expr
     if isinstance(a, int) and not isinstance(a, bool):
-        return str(a)
+        # a size the model holds (`self.hidden_size`) is read from it: other sizes keep working
+        return named_sizes(view, inputs=False).get(a, str(a))
     raise Unsupported(f"random tensor {what} {a!r}")
 
 
