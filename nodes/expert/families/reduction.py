@@ -477,6 +477,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
     warps = int(params["num_warps"])
     leaves = [f"l_{lf.name}" for lf in plan.prologue.tensor_leaves]
     leaves0 = leaves[0]
+    split = plan.op in SPLITTABLE
     kernels = [ewops.HELPERS, HELPERS, _row_kernel(plan), _col_kernel(plan)]
     for fin in (_final_kernel(plan), _col_final_kernel(plan)):
         if fin:
@@ -535,14 +536,17 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
         f"            red_col_kernel[(cols, 1)]({', '.join(leaves)}, out, out, R, inner, chunk, n_out, div{scall}, "
         "BLOCK_R=block_r, BLOCK_I=block_i, FINAL=True, num_warps=4)",
         "            return out",
-        f"        part = torch.empty((n_chunks, n_out), device={first}.device, dtype=torch.float32)",
-        f"        red_col_kernel[(cols, n_chunks)]({', '.join(leaves)}, out, part, R, inner, chunk, n_out, div{scall}, "
-        "BLOCK_R=block_r, BLOCK_I=block_i, FINAL=False, num_warps=4)",
-        f"        red_col_final_kernel[(triton.cdiv(n_out, 1024),)](part, out, n_chunks, n_out, div{scall}, "
-        "BLOCK=1024, num_warps=4)",
-        "        return out",
-        f"    block = min({block}, triton.next_power_of_2(R))",
     ]
+    if split:  # (an op that does not split never has more than one chunk: no second kernel)
+        L += [
+            f"        part = torch.empty((n_chunks, n_out), device={first}.device, dtype=torch.float32)",
+            f"        red_col_kernel[(cols, n_chunks)]({', '.join(leaves)}, out, part, R, inner, chunk, n_out, "
+            f"div{scall}, BLOCK_R=block_r, BLOCK_I=block_i, FINAL=False, num_warps=4)",
+            f"        red_col_final_kernel[(triton.cdiv(n_out, 1024),)](part, out, n_chunks, n_out, div{scall}, "
+            "BLOCK=1024, num_warps=4)",
+            "        return out",
+        ]
+    L += [f"    block = min({block}, triton.next_power_of_2(R))"]
     if algo == "split-row" and plan.op in SPLITTABLE:
         L += [
             # PROGS_PER_SM programs per SM, each chunk at least 4 blocks long.
@@ -557,13 +561,16 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
         f"        red_row_kernel[(outer, 1)]({', '.join(leaves)}, out, out, R, chunk, 1, div{scall}, "
         f"BLOCK_N=block, FINAL=True, num_warps={warps})",
         "        return out",
-        f"    part = torch.empty((outer, n_chunks), device={first}.device, dtype=torch.float32)",
-        f"    red_row_kernel[(outer, n_chunks)]({', '.join(leaves)}, out, part, R, chunk, n_chunks, div{scall}, "
-        f"BLOCK_N=block, FINAL=False, num_warps={warps})",
-        f"    red_final_kernel[(outer,)](part, out, R, n_chunks, div{scall}, "
-        "BLOCK_C=triton.next_power_of_2(n_chunks), num_warps=4)",
-        "    return out",
     ]
+    if split:
+        L += [
+            f"    part = torch.empty((outer, n_chunks), device={first}.device, dtype=torch.float32)",
+            f"    red_row_kernel[(outer, n_chunks)]({', '.join(leaves)}, out, part, R, chunk, n_chunks, div{scall}, "
+            f"BLOCK_N=block, FINAL=False, num_warps={warps})",
+            f"    red_final_kernel[(outer,)](part, out, R, n_chunks, div{scall}, "
+            "BLOCK_C=triton.next_power_of_2(n_chunks), num_warps=4)",
+        ]
+    L += ["    return out"]
     call = [lf.expr for lf in plan.prologue.tensor_leaves] + [lf.expr for lf in _scalars(plan)]
     doc = f"EGG expert: reduction family ({plan.op}, dims={plan.dims}), algorithm {algo}."
     return assemble(
