@@ -24,8 +24,10 @@
 #            algorithm stage, eager and torch.compile timed in the same jobs (issues 11, 13)
 #   kb-tuned the same tasks with all four stages (issue 13's tuned figures; issue 12's timing)
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
+#   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
+#            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite [PYTEST_ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite|probe [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -93,6 +95,11 @@ case "$step" in
       --time-box "$budget" --workers "${EGG_WORKERS:-8}" 2> >(tee -a "$out/eval.log" >&2) \
       || echo "eval stopped (exit $?): rerun this step to resume"
     python3 -m evals report "$out" || true
+    ;;
+  probe)
+    # every seed of the tasks named (paths), the fastest benchmarked beside eager and compile
+    timeout -s INT "$budget" python3 -m evals.h200.probe "$@" --out "$out" --budget $((budget - 120)) 2>&1 \
+      | grep -v tool.evaluate | tee -a "$out/probe.txt" || true
     ;;
   *)
     echo "unknown step $step" >&2
