@@ -121,9 +121,10 @@ def decompose(desc: TaskDescription) -> TaskDescription:
     """`desc` with every composite op no family takes whole written out (the same object when
     there is none)."""
     shapes = {n.name: n.shape for n in desc.op_graph}
-    if not any(_wide(n, shapes) for n in desc.op_graph):
+    wide = {n.name for n in desc.op_graph if _wide(n, shapes)}
+    if not wide:
         return desc
     graph: list[OpNode] = []
     for n in desc.op_graph:
-        graph += _sdpa(n, shapes) if _wide(n, shapes) else [n]
+        graph += _sdpa(n, shapes) if n.name in wide else [n]
     return desc.model_copy(update={"op_graph": graph})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from graph.records import OpNode
@@ -146,13 +147,15 @@ def _index_text(v: Any, val: Callable[[Any], str], bound: Callable[[Any], str] |
     return val(v)
 
 
-def _attrs_read(source: str) -> tuple[set[str], set[int]]:
+@cache
+def _attrs_read(source: str) -> tuple[frozenset[str], frozenset[int]]:
     """`self.<name>` attributes Model's methods other than __init__ read, and the int literals
-    written in those methods (a number the author wrote is meant as that number)."""
+    written in those methods (a number the author wrote is meant as that number). Cached: every
+    size argument of every host line asks."""
     try:
         cls = _model_class(source)
-    except Exception:
-        return set(), set()
+    except (SyntaxError, Unsupported):  # no Model to read: no size is named
+        return frozenset(), frozenset()
     found: set[str] = set()
     literals: set[int] = set()
     for item in cls.body:
@@ -166,7 +169,7 @@ def _attrs_read(source: str) -> tuple[set[str], set[int]]:
                     found.add(node.attr)
                 elif isinstance(node, ast.Constant) and type(node.value) is int:
                     literals.add(node.value)
-    return found, literals
+    return frozenset(found), frozenset(literals)
 
 
 def _unique(found: dict[int, set[str]]) -> dict[int, str]:

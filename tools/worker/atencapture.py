@@ -501,7 +501,7 @@ class _Mapper:
                 with torch.no_grad():
                     self.const[n] = n.target(*args, **kwargs)
             except Exception:
-                continue
+                continue  # not folded: it stays an op of the graph (mapped, or named as unmappable)
 
     # -- the graph -----------------------------------------------------------------------------
 

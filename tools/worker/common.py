@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 _counter = [0]
@@ -288,29 +289,30 @@ _FACTORIES = (
 )  # fmt: skip
 
 
-def float64_twin_mode() -> Any:
+class _Float64Twin(TorchFunctionMode):
     """A torch-function mode for the reference's float64 twin: a float32 tensor the forward
     creates itself (`torch.randn(n, h, device=x.device)`, an initial state) comes out in float64,
     so it meets the twin's float64 weights as the float32 one meets the float32 weights, instead
     of failing in the first op that mixes them ("mat1 and mat2 must have the same dtype")."""
-    from torch.overrides import TorchFunctionMode
 
-    names = {getattr(torch, n) for n in _FACTORIES if hasattr(torch, n)}
+    factories = {getattr(torch, n) for n in _FACTORIES if hasattr(torch, n)}
 
-    class _Twin(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if (
-                func in names
-                and kwargs.get("dtype") is None
-                and isinstance(out, torch.Tensor)
-                and out.dtype == torch.float32
-            ):
-                return out.double()
-            return out
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if (
+            func in self.factories
+            and kwargs.get("dtype") is None
+            and isinstance(out, torch.Tensor)
+            and out.dtype == torch.float32
+        ):
+            return out.double()
+        return out
 
-    return _Twin()
+
+def float64_twin_mode() -> TorchFunctionMode:
+    """The mode to run the float64 twin under (see _Float64Twin)."""
+    return _Float64Twin()
 
 
 def as_outputs(out: Any) -> list[Any]:

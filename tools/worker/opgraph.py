@@ -666,10 +666,6 @@ def _capture_aten(
     return normalize(nodes), None
 
 
-# Which path captured a graph: the output node's module_attrs["capture"].
-CAPTURE_PATHS = ("fx", "fx-concrete", "aten")
-
-
 # ---------------------------------------------------------------------------------------------
 # Normalisation: spellings the families do not know, rewritten into ops they do
 # ---------------------------------------------------------------------------------------------
@@ -733,24 +729,10 @@ def _einsum(n: dict, by_name: dict[str, dict]) -> list[dict] | None:
     (batch, free, contracted) / (batch, contracted, free), merge each group into one dim (sizes
     read from the operands at run time), matmul, split the dims back and permute to the output
     order. None for what this does not cover (ellipsis, repeated or summed-out indices)."""
-    args = n["args"]
-    if n["op"] != "einsum" or not args or not isinstance(args[0], str):
+    parsed = _einsum_terms(n)
+    if parsed is None or len(parsed[0]) != 2:
         return None
-    ops = args[1:]
-    if len(ops) == 1 and isinstance(ops[0], list):
-        ops = ops[0]
-    eq = args[0].replace(" ", "")
-    if (
-        len(ops) != 2
-        or "..." in eq
-        or "->" not in eq
-        or not all(isinstance(o, dict) and "node" in o for o in ops)
-    ):
-        return None
-    lhs, out_idx = eq.split("->")
-    if lhs.count(",") != 1:
-        return None
-    a_idx, b_idx = lhs.split(",")
+    (a_idx, b_idx), out_idx, ops = parsed
     sa, sb = (by_name[o["node"]]["shape"] for o in ops)
     if sa is None or sb is None or len(sa) != len(a_idx) or len(sb) != len(b_idx):
         return None

@@ -80,17 +80,18 @@ def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | 
     nd = int(c.op[-2])
     transposed = c.op.startswith("conv_transpose")
     fn = f"torch.nn.functional.{c.op}"
+
+    def source(a: Any) -> str:
+        x = convfam.operand_expr(view, a)
+        return f"{to_cl}({x})" if to_cl else x
+
     if c.kind == "call_module":
         if len(c.args) != 1 or c.kwargs or not is_node(c.args[0]):
             return None
         if c.module_attrs.get("padding_mode", "zeros") != "zeros":
             return None
         m = f"self.{c.target}"
-        x = (
-            f"{to_cl}({convfam.operand_expr(view, c.args[0])})"
-            if to_cl
-            else convfam.operand_expr(view, c.args[0])
-        )
+        x = source(c.args[0])
         rest = (
             f"{m}.stride, {m}.padding, {m}.output_padding, {m}.groups, {m}.dilation"
             if transposed
@@ -110,8 +111,7 @@ def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | 
         b = kwargs.pop("bias", None)
     if b is not None and not is_node(b):
         return None
-    x = convfam.operand_expr(view, args[0])
-    parts = [f"{to_cl}({x})" if to_cl else x]
+    parts = [source(args[0])]
     parts += [convfam.operand_expr(view, a, as_list=True) for a in args[1:]]
     if len(parts) == 2:
         parts.append("None")
@@ -389,22 +389,23 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
         args += [f"{t}_e", f"{t}_sn", f"{t}_sc", f"{t}_sp"]
     args += [f"float({x})" for x in scal]
     L += [
-        # the contiguous dim runs along the tile's long side
         *(
             [
-                "    if True:  # a channel softmax: every channel of a pixel in one tile",
-                "        bc = triton.next_power_of_2(C)",
-                f"        bp = max(1, {block} // bc)",
+                # a channel softmax: every channel of a pixel in one tile
+                "    bc = triton.next_power_of_2(C)",
+                f"    bp = max(1, {block} // bc)",
             ]
             if plan.softmax is not None
-            else []
+            else [
+                # the contiguous dim runs along the tile's long side
+                "    if t_sc == 1 and C > 1:",
+                "        bc = min(128, triton.next_power_of_2(C))",
+                f"        bp = max(1, {block} // bc)",
+                "    else:",
+                f"        bp = min({block}, triton.next_power_of_2(max(P, 1)))",
+                f"        bc = max(1, min({block} // bp, triton.next_power_of_2(C)))",
+            ]
         ),
-        f"    {'elif' if plan.softmax is not None else 'if'} t_sc == 1 and C > 1:",
-        "        bc = min(128, triton.next_power_of_2(C))",
-        f"        bp = max(1, {block} // bc)",
-        "    else:",
-        f"        bp = min({block}, triton.next_power_of_2(max(P, 1)))",
-        f"        bc = max(1, min({block} // bp, triton.next_power_of_2(C)))",
         "    grid = (triton.cdiv(P, bp), triton.cdiv(C, bc), N)",
         "    conv_tail_kernel[grid](t, t if cb is None else cb, out, C, P, t_sn, t_sc, t_sp"
         + "".join(f", {a}" for a in args)
