@@ -17,7 +17,7 @@ class _Task:
 
 def _checker(monkeypatch, alive_at_reference: list[int]):
     ck = check.Checker.__new__(check.Checker)
-    ck.tolerance, ck.steps, ck.shapes = None, {}, []
+    ck.tolerance, ck.steps, ck.shapes, ck.degenerate = None, {}, [], None
     ck.stats = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False, "notes": []}
     made: list[weakref.ref] = []
 
@@ -41,11 +41,12 @@ def _checker(monkeypatch, alive_at_reference: list[int]):
     return ck
 
 
-def test_stale_calls_free_each_calls_tensors(monkeypatch):
+def test_sequence_calls_free_each_calls_tensors(monkeypatch):
     alive: list[int] = []
     ck = _checker(monkeypatch, alive)
-    ck.stale(_Task(), {}, [1, 2, 3])
+    ck.sequence(_Task(), {}, [1, 2, 3])
     assert alive == [0, 0, 0]
+    assert [s["trial"] for s in ck.shapes] == ["1", "2", "3 (same tensors, new values)"]
 
 
 def test_trials_free_each_trials_tensors(monkeypatch):

@@ -52,6 +52,7 @@ from tools.worker.common import (
     to_device,
     upcast_copies,
 )
+from tools.worker.describe import degenerate_flags
 from tools.worker.gpulock import gpu_lock
 from tools.worker.judge import RunnerFailure, RunnerProcess
 from tools.worker.laps import Laps
@@ -228,6 +229,7 @@ class Checker:
         self.shapes: list[dict[str, Any]] = []
         self.launches: list[int] = []
         self.claimed_inputs_only = False
+        self.degenerate: list[str] | None = None
         # Seconds of the judge's own steps over all trials (the runner's are runner.seconds).
         self.steps: dict[str, float] = {}
 
@@ -364,41 +366,81 @@ class Checker:
         shapes = self.one_call(task, name, seed, weight_seed, transform=transform)
         self.shapes.append({"trial": name, "sizes": dict(task.sizes), "inputs": shapes})
 
+    def sequence(self, task: LoadedTask, overrides: dict[str, int], seeds: list[int]) -> None:
+        """The first trials as repeated calls on one instance: call 1, call 2 on new tensors, then
+        every further call on the second call's tensors refilled with new values in place. Each
+        call is a trial of its own (fresh inputs, its own reference), and together they are the
+        check for results cached between calls: a cache keyed on the instance, the tensors or their
+        addresses returns a wrong result on a later call. When a later call is wrong, the same call
+        on a fresh instance tells the two apart: right there means `runtime.stale`, wrong there is
+        the plain mismatch."""
+        weight_seed = secrets.randbits(31)
+        self.ask("build", overrides=overrides, weight_seed=weight_seed)
+        for k, seed in enumerate(seeds):
+            name = str(k + 1) if k < 2 else f"{k + 1} (same tensors, new values)"
+            try:
+                shapes = self.one_call(task, name, seed, weight_seed, reuse=k >= 2)
+            except Rejected as r:
+                if k == 0 or r.reason.split(":", 1)[0] not in ("mismatch", "nan_parity"):
+                    raise
+                self.ask("build", overrides=overrides, weight_seed=weight_seed)
+                self.one_call(task, f"{k + 1} (fresh instance)", seed, weight_seed)
+                raise Rejected(
+                    "runtime.stale: repeated calls on one instance return wrong results for fresh "
+                    f"inputs, a fresh instance is right ({r.reason})"
+                ) from None
+            self.shapes.append({"trial": name, "sizes": dict(task.sizes), "inputs": shapes})
+
     def one_call(
-        self, task: LoadedTask, name: str, seed: int, weight_seed: int, *, stale: bool = False, **kw: Any
+        self, task: LoadedTask, name: str, seed: int, weight_seed: int, *, native_ref=None, **kw: Any
     ) -> list[list[int]]:
         """Inputs, references, one candidate forward, the comparison; returns the input shapes.
         Every tensor of the call dies on return, so consecutive calls never hold two calls'
-        tensors at once (which would double the check's GPU peak). With `stale`, a wrong result
-        is a repeated call's (runtime.stale)."""
-        with self.step("judge.inputs"):
-            inputs = self.inputs(task, seed, kw.get("transform"))
-        with self.step("judge.reference"):
-            native, full = self.reference(task, weight_seed, inputs)
+        tensors at once (which would double the check's GPU peak). `native_ref` is (inputs,
+        native, full) computed by the caller for this seed and weight seed."""
+        if native_ref is None:
+            with self.step("judge.inputs"):
+                inputs = self.inputs(task, seed, kw.get("transform"))
+            with self.step("judge.reference"):
+                native, full = self.reference(task, weight_seed, inputs)
+        else:
+            inputs, native, full = native_ref
+            native_ref = None
+        if self.degenerate is None:
+            # the reference's own outputs say whether the comparison can tell anything apart
+            self.degenerate = degenerate_flags([o for o in native if isinstance(o, torch.Tensor)])
         outs = self.call(name, seed, inputs, native, **kw)
         with self.step("judge.compare"):
-            try:
-                for i, (c, r64, rn) in enumerate(zip(outs, full, native, strict=False)):
-                    compare(name, i, c, r64, rn, self.tolerance, self.stats)
-            except Rejected as r:
-                if not stale:
-                    raise
-                raise Rejected(
-                    "runtime.stale: repeated calls return wrong results for fresh inputs (" + r.reason + ")"
-                ) from None
+            for i, (c, r64, rn) in enumerate(zip(outs, full, native, strict=False)):
+                compare(name, i, c, r64, rn, self.tolerance, self.stats)
         return [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
 
-    def stale(self, task: LoadedTask, overrides: dict[str, int], seeds: list[int]) -> None:
-        """Repeated calls on one instance: new tensors, then the first tensors refilled in place."""
-        weight_seed = secrets.randbits(31)
-        self.ask("build", overrides=overrides, weight_seed=weight_seed)
-        plan = [
-            ("call 1", seeds[0], False),
-            ("call 2 (new tensors)", seeds[1], False),
-            ("call 3 (same tensors, new values)", seeds[2], True),
-        ]
-        for label, seed, reuse in plan:
-            self.one_call(task, f"stale/{label}", seed, weight_seed, stale=True, reuse=reuse)
+    def second_shape(self, job, sizes: dict[str, int], seed: int) -> bool:
+        """One trial at size constants changed to smaller non-power-of-two values: the first set
+        of `second_shape_options` the task itself runs with (its reference is the probe, so no
+        forward is spent only on finding out). False when none runs."""
+        for sizes2 in second_shape_options(sizes):
+            weight_seed = secrets.randbits(31)
+            try:
+                task2 = load_task(job.task_source, sizes2)
+                with self.step("judge.inputs"):
+                    inputs = to_device(task2.inputs(seed, self.device), self.device)
+                with self.step("judge.reference"):
+                    native, full = self.reference(task2, weight_seed, inputs)
+            except Exception as e:
+                if is_oom(e) and self.device == "cuda":
+                    raise InfraFault(
+                        "oom", f"second-shape reference ran out of GPU memory: {one_line(e)}"
+                    ) from None
+                continue
+            self.ask("build", overrides=sizes2, weight_seed=weight_seed)
+            shapes = self.one_call(
+                task2, "second-shape", seed, weight_seed, native_ref=(inputs, native, full)
+            )
+            del inputs, native, full
+            self.shapes.append({"trial": "second-shape", "sizes": dict(task2.sizes), "inputs": shapes})
+            return True
+        return False
 
     def policy(self) -> tuple[list[str], list[str]]:
         reasons: list[str] = []
@@ -423,8 +465,9 @@ class Checker:
         return reasons, delegated
 
 
-def second_shape(task_source: str, sizes: dict[str, int], device: str, init_ok) -> dict[str, int] | None:
-    """Size constants changed to smaller non-power-of-two values, if the task still runs with them."""
+def second_shape_options(sizes: dict[str, int]) -> list[dict[str, int]]:
+    """Size constants changed to smaller non-power-of-two values, all at once first, then one at a
+    time (largest first); the check takes the first set the task runs with."""
     cands = sorted((k for k, v in sizes.items() if v >= 8), key=lambda k: -sizes[k])
 
     def alt(v: int) -> int:
@@ -434,13 +477,7 @@ def second_shape(task_source: str, sizes: dict[str, int], device: str, init_ok) 
         return max(n, 3)
 
     options = [{k: alt(sizes[k]) for k in cands}] + [{k: alt(sizes[k])} for k in cands]
-    for ov in options:
-        if not ov:
-            continue
-        trial = {**sizes, **ov}
-        if init_ok(trial):
-            return trial
-    return None
+    return [{**sizes, **ov} for ov in options if ov]
 
 
 def static_rejection(job, t0: float) -> dict[str, Any] | None:
@@ -496,48 +533,25 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         return {**base, "accepted": False, "reasons": [reason], "seconds": time.monotonic() - t0}
     ck = Checker(job, runner)
     lap = Laps()
-    n_trials = int(job.options.get("trials", 3))
-    seeds = [secrets.randbits(31) for _ in range(n_trials + 5)]
+    # at least three: the repeated-call sequence needs new tensors and then refilled ones
+    n_trials = max(3, int(job.options.get("trials", 3)))
+    seeds = [secrets.randbits(31) for _ in range(n_trials + 2)]
     overrides = dict(job.size_overrides)
     reasons: list[str] = []
-    trials_done = 0
     try:
         # Each GPU step holds the per-GPU lock shared for itself only (tools/worker/gpulock.py).
-        for k in range(n_trials):
-            with gpu_lock(exclusive=False):
-                ck.trial(task, f"{k + 1}", seeds[k], overrides)
-            trials_done += 1
-            lap("trials")
+        # Trials 1..n are repeated calls on one instance (the stale-result check, Checker.sequence).
+        with gpu_lock(exclusive=False):
+            ck.sequence(task, overrides, seeds[:n_trials])
+        lap("trials")
         with gpu_lock(exclusive=False):
             ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], overrides, transform="scaled")
-        trials_done += 1
         lap("trials")
-
-        def runs(sizes: dict[str, int]) -> bool:
-            try:
-                t2 = load_task(job.task_source, sizes)
-                init = t2.init_args()
-                with gpu_lock(exclusive=False), torch.no_grad():
-                    m = t2.module.Model(*init).to(job.device).eval()
-                    m(*to_device(t2.inputs(0, job.device), job.device))
-                return True
-            except Exception:
-                return False
-
-        sizes2 = second_shape(
-            job.task_source, {**int_constants(job.task_source), **overrides}, job.device, runs
-        )
-        lap("second_shape_probe")
-        if sizes2 is not None:
-            with gpu_lock(exclusive=False):
-                ck.trial(load_task(job.task_source, sizes2), "second-shape", seeds[n_trials + 1], sizes2)
-            trials_done += 1
-        else:
-            ck.stats["notes"].append("second shape skipped: no size constant could be changed")
-        lap("second_shape")
         with gpu_lock(exclusive=False):
-            ck.stale(task, overrides, seeds[n_trials + 2 : n_trials + 5])
-        lap("stale")
+            sizes = {**int_constants(job.task_source), **overrides}
+            if not ck.second_shape(job, sizes, seeds[n_trials + 1]):
+                ck.stats["notes"].append("second shape skipped: no size constant could be changed")
+        lap("second_shape")
     except Rejected as r:
         reasons.append(r.reason)
     pol, delegated = ck.policy()
@@ -546,22 +560,8 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         ck.stats["notes"].append(
             "inputs over 1 GiB: 'inputs unchanged' is the candidate process's claim, not compared here"
         )
-    from tools.worker.describe import degenerate_flags
-
-    try:
-        with gpu_lock(exclusive=False), torch.no_grad():
-            t_ref = task.module.Model(*task.init_args()).to(job.device).eval()
-            deg = degenerate_flags(
-                [
-                    o
-                    for o in as_outputs(t_ref(*to_device(task.inputs(seeds[-1], job.device), job.device)))
-                    if isinstance(o, torch.Tensor)
-                ]
-            )
-    except Exception:
-        deg = []
-    deg += ck.stats["notes"]
-    lap("degenerate")
+    deg = (ck.degenerate or []) + ck.stats["notes"]
+    trials_done = len(ck.shapes)
     atol = ck.stats["atol"]
     tol = (
         {
