@@ -8,7 +8,9 @@ Sources, best first:
     on a GPU it contains the job phases below;
   - on a GPU, the `tool.evaluate` log lines of optimize.log (one per candidate job): `startup`
     (interpreter imports, CUDA start-up, process exit), `wait_memory` (GPU memory shares),
-    `wait_timing` (the exclusive timing lock), `estimate_memory`, `compile`, `check`, `time`.
+    `wait_timing` (the exclusive timing lock), `estimate_memory`, `compile`, `check`, `time`;
+    and parts of two of them: `check.reference`, `check.candidate`, `check.inputs`,
+    `check.compare`, `compile.record`, `compile.sm90` (included in `check` and `compile`).
 Job phases are summed over jobs, and the jobs of a tuning round run in parallel, so they can add
 up to more than the task's wall time: they say where the machine's seconds went, not the latency.
 """
@@ -31,6 +33,21 @@ _JOB_PHASES = {
     "compile": "compile",
     "check": "check",
     "time": "time",
+}
+# Parts of the check and compile steps ("step.sub" keys of the same lines), so the next cost
+# inside a step is visible too: the judge's reference forwards (native and float64), the
+# candidate's forwards in the runner (and its builds), input draws, the comparisons; recording
+# the launches (a forward that JIT-compiles every kernel) and the sm_90 compile for the report.
+_SUB_PHASES = {
+    "check.judge.reference": "check.reference",
+    "check.runner.call": "check.candidate",
+    "check.runner.build": "check.candidate",
+    "check.judge.inputs": "check.inputs",
+    "check.judge.read_outputs": "check.compare",
+    "check.judge.inputs_unchanged": "check.compare",
+    "check.judge.compare": "check.compare",
+    "compile.record": "compile.record",
+    "compile.compile_specs": "compile.sm90",
 }
 _KV_RE = re.compile(r"([A-Za-z_][\w.]*)=('[^']*'|\"[^\"]*\"|\S+)")
 
@@ -64,7 +81,7 @@ def job_phases(log_text: str) -> dict[str, float]:
         if "tool.evaluate" not in line:
             continue
         for key, raw in _KV_RE.findall(line):
-            group = _JOB_PHASES.get(key)
+            group = _JOB_PHASES.get(key) or _SUB_PHASES.get(key)
             sec = _seconds(raw.strip("'\"")) if group else None
             if group and sec is not None:
                 out[group] = out.get(group, 0.0) + sec

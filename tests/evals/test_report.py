@@ -118,13 +118,19 @@ def test_phases_from_the_report_win_over_the_logs() -> None:
 def test_phases_from_usage_and_evaluate_lines() -> None:
     log = (
         "12:00:01 [info     ] prepare   device=cuda ops=3 task=t\n"
-        "12:00:09 [info     ] tool.evaluate   check=2.5 check.trials=2.0 compile=1.0 cuda_init=0.5 "
+        "12:00:09 [info     ] tool.evaluate   check=2.5 check.trials=2.0 check.judge.reference=1.0 "
+        "check.judge.reference.first=0.9 check.runner.build=0.25 check.runner.call=0.5 "
+        "check.runner.record=9.0 check.judge.reference=0.25 compile.compile_specs=0.5 "
+        "compile=1.0 cuda_init=0.5 "
         "imports=3.0 memory_units=4 peak_gib=1.5 startup_and_exit=0.5 task=t wait_exclusive=1.0 "
         "wait_memory=4.0 wall_s=12.5\n"
         "12:00:20 [info     ] tool.evaluate   compile=2.0 imports=3.0 task=t wall_s=5.0\n"
     )
     assert job_phases(log) == {
         "check": 2.5,
+        "check.reference": 1.25,
+        "check.candidate": 0.75,
+        "compile.sm90": 0.5,
         "compile": 3.0,
         "startup": 7.0,
         "wait_memory": 4.0,
@@ -139,6 +145,9 @@ def test_phases_from_usage_and_evaluate_lines() -> None:
         "model": 5.0,
         "tools": 30.0,
         "check": 2.5,
+        "check.reference": 1.25,
+        "check.candidate": 0.75,
+        "compile.sm90": 0.5,
         "compile": 3.0,
         "startup": 7.0,
         "wait_memory": 4.0,
