@@ -114,6 +114,22 @@ def test_compile_on_gpu_reports_kernels() -> None:
 
 
 @needs_cuda
+def test_compile_report_on_gpu_reads_the_jit_kernels() -> None:
+    # the recording call compiled and loaded each kernel: the report reads them, no second compile
+    job = Job(
+        kind="compile",
+        task_path="",
+        task_source=(CORPUS / "tasks" / "matmul.py").read_text(),
+        device="cuda",
+        candidate_source=(CORPUS / "good" / "matmul_good.py").read_text(),
+    )
+    res = run_job(job, timeout_s=240)
+    assert res.ok and res.payload["ok"] and res.payload.get("source") == "jit", res.payload
+    assert res.payload["kernels"][0]["registers"] > 0
+    assert res.payload["phases"]["compile_specs"] < 1.0
+
+
+@needs_cuda
 def test_eager_baseline_is_cached_per_task_and_the_benchmark_measures_it_again(tmp_path) -> None:
     tb = Toolbox(timeout_s=240, egg_home=str(tmp_path))
     task = _task("relu", {"BATCH": 4096, "DIM": 4096})

@@ -342,6 +342,8 @@ class Launch:
     args: tuple
     kwargs: dict
     grid: Any
+    # what the launch ran (the JIT's CompiledKernel on a GPU), when arguments are recorded
+    compiled: Any = None
 
 
 @dataclass
@@ -376,8 +378,9 @@ def _install_hooks() -> None:
             logs = list(_ACTIVE)
             if warmup or not logs:
                 return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+            made = []
             for log in logs:
-                log.launches.append(
+                made.append(
                     Launch(
                         self,
                         getattr(self.fn, "__name__", "?"),
@@ -387,9 +390,14 @@ def _install_hooks() -> None:
                         grid,
                     )
                 )
+                log.launches.append(made[-1])
                 log.depth += 1
             try:
-                return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+                ran = orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+                for launch, log in zip(made, logs, strict=True):
+                    if log.record_args:
+                        launch.compiled = ran
+                return ran
             finally:
                 for log in logs:
                     log.depth -= 1

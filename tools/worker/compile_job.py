@@ -276,6 +276,7 @@ def record_launches(source: str, mod: Any, task: Any, device: str, options: dict
             "seconds": time.monotonic() - t0,
         }
     specs: list[dict[str, Any]] = []
+    compiled: list[Any] = []
     seen: set[str] = set()
     for launch in own:
         spec = launch_signature(launch.kernel, launch.args, launch.kwargs)
@@ -283,7 +284,37 @@ def record_launches(source: str, mod: Any, task: Any, device: str, options: dict
         if key not in seen:
             seen.add(key)
             specs.append(spec)
-    return {"ok": True, "specs": specs, "seconds": time.monotonic() - t0}
+            compiled.append(launch.compiled)
+    # `compiled` stays in the runner (op_record): the kernels the JIT built for these launches
+    return {"ok": True, "specs": specs, "compiled": compiled, "seconds": time.monotonic() - t0}
+
+
+def report_from_jit(specs: list[dict[str, Any]], compiled: list[Any]) -> dict[str, Any] | None:
+    """The compile report from the kernels the JIT already built and loaded on the GPU for the
+    recorded launches (registers and local memory from the loaded binary, shared memory and the
+    MMA kind from the compiled program), instead of compiling each launch again for sm_90 and
+    running ptxas on it: the same programs, compiled once. None when any launch lacks its loaded
+    kernel (then the caller compiles)."""
+    kernels: list[dict[str, Any]] = []
+    for spec, k in zip(specs, compiled, strict=True):
+        asm = getattr(k, "asm", None)
+        regs = getattr(k, "n_regs", None)
+        if k is None or asm is None or "ptx" not in asm or not isinstance(regs, int):
+            return None
+        local = getattr(k, "n_spills", None)  # 4-byte words of local memory per thread
+        kernels.append(
+            {
+                "name": spec["name"],
+                "num_warps": spec["num_warps"],
+                "num_stages": spec["num_stages"],
+                "registers": regs,
+                "spills": int(local) * 4 if isinstance(local, int) else None,
+                "shared_bytes": int(k.metadata.shared),
+                "mma": _mma(asm["ptx"]),
+                "constants": spec["constexprs"],
+            }
+        )
+    return {"ok": True, "kernels": kernels, "source": "jit"}
 
 
 def run_compile(job, runner: Any = None) -> dict[str, Any]:

@@ -113,6 +113,7 @@ class Runner:
         self.model: Any = None
         self.inputs: list[Any] = []
         self.specs: list[dict[str, Any]] = []
+        self.compiled: list[Any] = []  # the JIT's kernels for self.specs (GPU)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -134,12 +135,18 @@ class Runner:
         if not res.get("ok"):
             return {"ok": True, "report": res}
         self.specs = res["specs"]
+        self.compiled = res.get("compiled") or []
         return {"ok": True}
 
     def op_compile(self, m: dict[str, Any]) -> dict[str, Any]:
-        """Compile the recorded launches for sm_90 (no GPU needed)."""
-        from tools.worker.compile_job import _compile_specs
+        """The compile report of the recorded launches: on a GPU from the kernels the recording
+        call's JIT built (compiled once), otherwise compiled here for sm_90 (no GPU needed)."""
+        from tools.worker.compile_job import _compile_specs, report_from_jit
 
+        if self.device == "cuda" and len(self.compiled) == len(self.specs):
+            report = report_from_jit(self.specs, self.compiled)
+            if report is not None:
+                return {"ok": True, "report": report}
         return {"ok": True, "report": _compile_specs(self.source, self.mod, self.specs, m)}
 
     def op_build(self, m: dict[str, Any]) -> dict[str, Any]:
