@@ -74,7 +74,7 @@ class ExpertCode:
         return CodeReply(
             source=str(source),
             origin=origin,
-            family=low.family,
+            family=low.at(params).family,
             algorithm=str(params["algorithm"]),
             params=dict(sorted(params.items())),
             note=note,
@@ -114,16 +114,16 @@ class ExpertCode:
             low,
             params,
             f"seed:{params['algorithm']}"
-            if low.kind == "whole"
+            if low.at(params).kind == "whole"
             else f"seed:{PARTITION_SEED}{req.seed_index}",
-            f"{low.summary()} seed {req.seed_index + 1}/{n}: {what} with default tiling",
+            f"{low.at(params).summary()} seed {req.seed_index + 1}/{n}: {what} with default tiling",
         )
 
     def _refine(self, req: CodeRequest, low: Lowering) -> CodeReply:
         base = self._base(req, low)
         tried = self._tried(req)
         recent_origins = {a.origin for a in req.recent}
-        for u in low.units:
+        for u in low.at(base).units:
             for origin, up, note in u.refinements(own(u.tag, base)):
                 params = replace_unit(base, u.tag, up)
                 if u.tag is not None:
@@ -142,7 +142,7 @@ class ExpertCode:
         # The coordinate moves around the best kernel, most promising first (the biggest group
         # first); variant i of a parallel round takes the i-th.
         moves: list[tuple[Unit, str, Any, dict[str, Any]]] = []
-        for u in units_by_cost(low):
+        for u in units_by_cost(low.at(base)):
             ub = own(u.tag, base)
             space = u.space(ub, stage)
             names = [p for p in order if p in space] + sorted(p for p in space if p not in order)
@@ -178,7 +178,7 @@ class ExpertCode:
         rule = req.diagnosis.rule if req.diagnosis is not None else ""
         # The group whose code holds the error line is repaired first.
         culprit = _failing_tag(failed) if failed is not None else None
-        units = units_by_cost(low)
+        units = units_by_cost(low.at(base))
         units.sort(key=lambda u: 0 if u.tag == culprit else 1)
         # Wrong numbers are not fixed by smaller tiles: try the numerically different variants
         # first there; for resource/compile failures shrinking is the cheaper, likelier fix.

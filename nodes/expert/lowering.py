@@ -19,6 +19,7 @@ from graph.records import TaskDescription
 from . import spaces
 from .assemble import Part, Piece, render
 from .decompose import decompose
+from .families import FUSED_ALGORITHMS, FUSED_FAMILIES, FUSED_NAMES
 from .families import library as libfam
 from .graphview import GraphView, Unsupported
 from .hostops import host_expr
@@ -120,6 +121,32 @@ class Lowering:
     view: GraphView
     part: Partition | None = None
     misses: list[str] = field(default_factory=list)
+    # The same graph planned with FUSED_FAMILIES (a library conv and the norm after it in one
+    # group); its seeds come first, these units' own after them. A candidate's parameters say
+    # which of the two wrote it (`at`): a fused lowering's hold a FUSED_ALGORITHMS algorithm.
+    fused: Lowering | None = None
+
+    def at(self, params: dict[str, Any]) -> Lowering:
+        """The lowering (this one or its fused alternative) that candidate `params` come from."""
+        if self.fused is not None and any(
+            (k == "algorithm" or k.endswith(".algorithm")) and v in FUSED_ALGORITHMS
+            for k, v in params.items()
+        ):
+            return self.fused
+        return self
+
+    def _fused_seeds(self, policy: str) -> int:
+        """Seeds taken from the fused alternative: as many as its fused groups have algorithms."""
+        if self.fused is None:
+            return 0
+        return max(
+            (
+                len(u.algorithms(policy))
+                for u in self.fused.units
+                if any(a in FUSED_ALGORITHMS for a in u.algorithms(policy))
+            ),
+            default=0,
+        )
 
     @property
     def family(self) -> str:
@@ -131,7 +158,14 @@ class Lowering:
         return f"{PARTITION} into {len(self.units)} kernel groups"
 
     def seed(self, k: int, policy: str) -> dict[str, Any] | None:
-        """Seed k: each unit's k-th algorithm (its last when it has fewer); None past the end."""
+        """Seed k: the fused alternative's seeds first, then each unit's k-th algorithm (its last
+        when it has fewer); None past the end."""
+        nf = self._fused_seeds(policy)
+        if k < nf and self.fused is not None:
+            return self.fused.seed(k, policy)
+        return self._own_seed(k - nf, policy)
+
+    def _own_seed(self, k: int, policy: str) -> dict[str, Any] | None:
         lists = [u.algorithms(policy) for u in self.units]
         if any(not a for a in lists):
             bad = next(u for u, a in zip(self.units, lists, strict=True) if not a)
@@ -154,17 +188,23 @@ class Lowering:
         return params
 
     def seed_count(self, policy: str) -> int:
-        return max(len(u.algorithms(policy)) for u in self.units)
+        return self._fused_seeds(policy) + max(len(u.algorithms(policy)) for u in self.units)
 
     def describe_seed(self, params: dict[str, Any]) -> str:
+        if self.at(params) is not self:
+            return self.at(params).describe_seed(params)
         if self.kind == "whole":
             return str(params["algorithm"])
         return ", ".join(f"{u.tag} {u.name}/{own(u.tag, params).get('algorithm')}" for u in self.units)
 
     def valid(self, params: dict[str, Any]) -> bool:
+        if self.at(params) is not self:
+            return self.at(params).valid(params)
         return all(u.valid(own(u.tag, params)) for u in self.units)
 
     def generate(self, desc: TaskDescription, params: dict[str, Any]) -> str:
+        if self.at(params) is not self:
+            return self.at(params).generate(desc, params)
         if self.kind == "whole":
             return self.units[0].generate(desc, params)
         assert self.part is not None
@@ -203,11 +243,11 @@ def _device_expr(view: GraphView) -> str:
     return "None"
 
 
-def _whole(view: GraphView, policy: str) -> tuple[Lowering | None, list[str]]:
+def _whole(view: GraphView, policy: str, families: Any = None) -> tuple[Lowering | None, list[str]]:
     if len(view.outputs) > 1:
         return None, ["several outputs: partitioned"]
     try:
-        name, fam, plan, misses = match_group(view, policy)
+        name, fam, plan, misses = match_group(view, policy, families)
     except Unsupported as e:
         return None, [str(e)]
     return Lowering("whole", [Unit(name, fam, view, plan)], view), misses
@@ -249,7 +289,30 @@ def _lower(desc: TaskDescription, policy: str) -> Lowering:
     ]
     if not units:
         raise Unsupported("the graph has no op to compute in a kernel")
-    return Lowering("partition", units, view, part=part, misses=misses)
+    low = Lowering("partition", units, view, part=part, misses=misses)
+    if policy == "mixed":
+        low.fused = _fused(view, policy)
+    return low
+
+
+def _fused(view: GraphView, policy: str) -> Lowering | None:
+    """The graph planned with FUSED_FAMILIES, where one of them takes a group (else None)."""
+    whole, _ = _whole(view, policy, FUSED_FAMILIES)
+    low = whole
+    if low is None:
+        try:
+            part = partition(view, policy, FUSED_FAMILIES)
+        except Unsupported:
+            return None
+        units = [
+            Unit(g.family, g.fam, g.view, g.plan, tag=g.tag, library=g.library, group=g)
+            for g in part.kernel_groups()
+            if g.fam is not None and g.view is not None
+        ]
+        low = Lowering("partition", units, view, part=part) if units else None
+    if low is None or not any(u.name in FUSED_NAMES for u in low.units):
+        return None
+    return low
 
 
 _CACHE: dict[str, Lowering | Unsupported] = {}

@@ -136,11 +136,14 @@ def allowed_algorithms(fam: ModuleType, plan: Any, policy: str) -> list[str]:
 NO_MATCH = "no family matches"
 
 
-def match_group(view: GraphView, policy: str) -> tuple[str, ModuleType, Any, list[str]]:
-    """The first family (in FAMILIES order) that lowers the whole of `view` with an algorithm
-    the policy allows: (name, module, plan, near misses). Raises Unsupported with the misses."""
+def match_group(
+    view: GraphView, policy: str, families: list[tuple[str, ModuleType]] | None = None
+) -> tuple[str, ModuleType, Any, list[str]]:
+    """The first family (in FAMILIES order, or `families`) that lowers the whole of `view` with an
+    algorithm the policy allows: (name, module, plan, near misses). Raises Unsupported with the
+    misses."""
     misses: list[str] = []
-    for name, fam in FAMILIES:
+    for name, fam in FAMILIES if families is None else families:
         try:
             plan = fam.match(view)
         except Unsupported as e:
@@ -164,9 +167,12 @@ def _is_anchor(n: OpNode) -> bool:
 
 
 class _Planner:
-    def __init__(self, view: GraphView, policy: str) -> None:
+    def __init__(
+        self, view: GraphView, policy: str, families: list[tuple[str, ModuleType]] | None = None
+    ) -> None:
         self.view = view
         self.policy = policy
+        self.families = families
         self.live = view.compute_nodes()
         self.idx = {n.name: i for i, n in enumerate(self.live)}
         self.users: dict[str, set[str]] = {n.name: set() for n in self.live}
@@ -215,7 +221,7 @@ class _Planner:
                 continue
             sv = sub_view(self.view, nodes, y)
             try:
-                name, fam, plan, _ = match_group(sv, self.policy)
+                name, fam, plan, _ = match_group(sv, self.policy, self.families)
             except Unsupported as e:
                 last_misses = str(e)
                 continue
@@ -263,10 +269,12 @@ class _Planner:
         return Partition(view=self.view, groups=groups, outputs=list(self.view.outputs))
 
 
-def partition(view: GraphView, policy: str = "mixed") -> Partition:
+def partition(
+    view: GraphView, policy: str = "mixed", families: list[tuple[str, ModuleType]] | None = None
+) -> Partition:
     """Groups covering every live op of `view` (see the module doc); raises Unsupported naming
-    the first op no family lowers."""
-    return _Planner(view, policy).run()
+    the first op no family lowers. `families` replaces the registry (FAMILIES) when given."""
+    return _Planner(view, policy, families).run()
 
 
 def _numel(shape: list[int] | None) -> int:

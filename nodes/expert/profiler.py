@@ -114,7 +114,7 @@ def _lowering(desc: TaskDescription, params: dict) -> Lowering | None:
     # candidate using none of them was planned as under strict.
     lib = any(str(v).startswith("library") for k, v in params.items() if k.split(".")[-1] == "algorithm")
     try:
-        return lower(desc, "mixed" if lib else "strict")
+        return lower(desc, "mixed" if lib else "strict").at(params)
     except Unsupported:
         return None
 

@@ -18,6 +18,7 @@ from . import (
     batchnorm,
     cat,
     conv,
+    convnorm,
     elementwise,
     gemm,
     groupnorm,
@@ -59,3 +60,10 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("rnn", rnn),
     ("random", random),
 ]
+
+# Families that fuse groups the planner above keeps apart (a library conv with the norm after it):
+# the lowering plans the graph a second time with them and offers those seeds before the others
+# (lowering.py), so the checker and timing choose between the fused and the separate groups.
+FUSED_FAMILIES: list[tuple[str, ModuleType]] = [("convnorm", convnorm), *FAMILIES]
+FUSED_NAMES = frozenset({"convnorm"})
+FUSED_ALGORITHMS = frozenset(convnorm.ALGORITHMS)
