@@ -127,6 +127,8 @@ def test_compile_report_on_gpu_reads_the_jit_kernels() -> None:
     assert res.ok and res.payload["ok"] and res.payload.get("source") == "jit", res.payload
     assert res.payload["kernels"][0]["registers"] > 0
     assert res.payload["phases"]["compile_specs"] < 1.0
+    # the kernels were compiled before the GPU lock, on meta tensors (runner.op_precompile)
+    assert res.payload["precompiled"]["kernels"] >= 1 and "stopped" not in res.payload["precompiled"]
 
 
 @needs_cuda

@@ -547,8 +547,13 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         with gpu_lock(exclusive=False):
             ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], overrides, transform="scaled")
         lap("trials")
+        sizes = {**int_constants(job.task_source), **overrides}
+        options = second_shape_options(sizes)
+        if options and job.device == "cuda":
+            # new sizes are new specialisations: compiled before the lock (runner.op_precompile)
+            ck.ask("precompile", overrides=options[0])
+            lap("second_shape_precompile")
         with gpu_lock(exclusive=False):
-            sizes = {**int_constants(job.task_source), **overrides}
             if not ck.second_shape(job, sizes, seeds[n_trials + 1]):
                 ck.stats["notes"].append("second shape skipped: no size constant could be changed")
         lap("second_shape")

@@ -358,6 +358,8 @@ class LaunchLog:
 
 _ACTIVE: list[LaunchLog] = []
 _PATCHED = [False]
+# compile_only(): launches compile (JIT warm-up) and return without running; "kernels" counts them
+_COMPILE_ONLY: dict[str, Any] = {"on": False, "kernels": 0}
 
 
 def _kernel_module(kernel: Any) -> str:
@@ -375,6 +377,11 @@ def _install_hooks() -> None:
         orig = cls.run
 
         def run(self, *args, grid, warmup, **kwargs):
+            if _COMPILE_ONLY["on"]:
+                _COMPILE_ONLY["kernels"] += 1
+                if cls is interp.InterpretedFunction:
+                    return None  # nothing to compile under the interpreter
+                return orig(self, *args, grid=grid, warmup=True, **kwargs)
             logs = list(_ACTIVE)
             if warmup or not logs:
                 return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -418,6 +425,47 @@ def launch_log(record_args: bool = False):
         yield log
     finally:
         _ACTIVE.remove(log)
+
+
+class _NoGpuWork:
+    """A dispatch mode under which any PyTorch op on a CUDA tensor, or one that would create
+    one, raises: what runs under it does no work on the GPU."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                dev = kwargs.get("device")
+                if dev is not None and torch.device(dev).type == "cuda":
+                    raise GpuWorkRefused(f"{func} would create a CUDA tensor")
+                for a in tree_leaves((args, kwargs)):
+                    if isinstance(a, torch.Tensor) and a.device.type == "cuda":
+                        raise GpuWorkRefused(f"{func} on a CUDA tensor")
+                return func(*args, **kwargs)
+
+        return Mode()
+
+
+class GpuWorkRefused(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def compile_only():
+    """Run code whose Triton launches only compile their kernels (the JIT's warm-up: the
+    program is built and cached for the launch's specialisation, nothing runs) and whose PyTorch
+    ops must not touch the GPU (`_NoGpuWork`); tensors are meant to be on the meta device. Yields
+    a dict whose "kernels" is the number of launches compiled so far."""
+    _install_hooks()
+    _COMPILE_ONLY.update(on=True, kernels=0)
+    try:
+        with _NoGpuWork():
+            yield _COMPILE_ONLY
+    finally:
+        _COMPILE_ONLY["on"] = False
 
 
 def in_kernel_launch() -> bool:
