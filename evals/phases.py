@@ -10,7 +10,8 @@ Sources, best first:
     (interpreter imports, CUDA start-up, process exit), `wait_memory` (GPU memory shares),
     `wait_timing` (the exclusive timing lock), `estimate_memory`, `compile`, `check`, `time`;
     and parts of two of them: `check.reference`, `check.candidate`, `check.inputs`,
-    `check.compare`, `compile.record`, `compile.sm90` (included in `check` and `compile`).
+    `check.compare`, `check.precompile`, `compile.precompile`, `compile.record`, `compile.sm90`
+    (included in `check` and `compile`).
 Job phases are summed over jobs, and the jobs of a tuning round run in parallel, so they can add
 up to more than the task's wall time: they say where the machine's seconds went, not the latency.
 """
@@ -46,6 +47,8 @@ _SUB_PHASES = {
     "check.judge.read_outputs": "check.compare",
     "check.judge.inputs_unchanged": "check.compare",
     "check.judge.compare": "check.compare",
+    "check.second_shape_precompile": "check.precompile",
+    "compile.precompile": "compile.precompile",
     "compile.record": "compile.record",
     "compile.compile_specs": "compile.sm90",
 }

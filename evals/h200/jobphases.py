@@ -1,0 +1,107 @@
+"""Per-candidate-job seconds of one or more `egg eval` runs on a GPU, side by side.
+
+    python -m evals.h200.jobphases RUN_DIR [RUN_DIR ...]
+
+Reads every `tool.evaluate` line of RUN_DIR/tasks/*/optimize.log (one line per candidate job:
+its wall time, its steps and their parts, its waits for the GPU lock and memory) and prints, per
+key, the median over jobs and the sum, one column pair per run; then the tasks the runs share
+with their wall seconds and attempts per stage, so a change of the tool loop can be judged on
+the same work. Results rows hold the same keys summed per task (evals/phases.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+KEYS = (
+    "wall_s",
+    "compile",
+    "compile.precompile",
+    "compile.record",
+    "compile.compile_specs",
+    "check",
+    "check.trials",
+    "check.second_shape_precompile",
+    "check.second_shape",
+    "check.runner.call",
+    "check.judge.reference",
+    "check.judge.compare",
+    "lock_waits",
+    "wait_exclusive",
+    "wait_memory",
+    "time",
+    "cuda_init",
+    "startup_and_exit",
+)
+_KV = re.compile(r"([\w.]+)=(\S+)")
+
+
+def jobs(run: Path) -> list[dict[str, float]]:
+    rows = []
+    for log in sorted(run.glob("tasks/*/optimize.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "tool.evaluate" not in line:
+                continue
+            kv = dict(_KV.findall(line))
+            row = {}
+            for k in KEYS:
+                try:
+                    row[k] = float(kv.get(k, 0) or 0)
+                except ValueError:
+                    row[k] = 0.0
+            rows.append(row)
+    return rows
+
+
+def rows(run: Path) -> dict[str, dict]:
+    path = run / "results.jsonl"
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            out[r["name"]] = r
+    return out
+
+
+def main(argv: list[str]) -> int:
+    runs = [Path(a) for a in argv]
+    if not runs:
+        print(__doc__)
+        return 2
+    per = [jobs(r) for r in runs]
+    print("jobs: " + ", ".join(f"{r}: {len(j)}" for r, j in zip(runs, per, strict=True)))
+    print(f"{'key':32s}" + "".join(f"{'median':>10s}{'sum':>9s}" for _ in runs))
+    for k in KEYS:
+        cells = ""
+        for j in per:
+            vals = [x[k] for x in j] or [0.0]
+            cells += f"{statistics.median(vals):10.2f}{sum(vals):9.0f}"
+        print(f"{k:32s}{cells}")
+    results = [rows(r) for r in runs]
+    shared = [n for n in results[0] if all(n in r for r in results[1:])]
+    if len(runs) > 1 and shared:
+        print(f"\ntasks in every run: {len(shared)}; wall s, attempts per stage, speedup vs eager / compile")
+        for n in shared:
+            cells = []
+            for r in results:
+                x = r[n]
+                att = [s.get("attempts") for s in x.get("stages") or []]
+                sc = x.get("speedup_vs_compile")
+                cells.append(
+                    f"{x.get('wall_s') or 0:6.0f} {att} {x.get('speedup_vs_eager') or 0:.2f}/{sc or 0:.2f}"
+                )
+            print(f"  {n:34s} " + " | ".join(cells))
+        for r, run in zip(results, runs, strict=True):
+            walls = [r[n].get("wall_s") or 0 for n in shared]
+            print(f"  median wall of these tasks in {run}: {statistics.median(walls):.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
