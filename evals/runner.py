@@ -412,6 +412,11 @@ def build_row(
         "candidate_p80_ms": _f(tm.get("candidate_p80_ms")),
         # "judge_wall": the kernel's time is the judge's wall clock (its own median unconfirmed)
         "timed_by": tm.get("timed_by") if isinstance(tm.get("timed_by"), str) else None,
+        # the same forward as one CUDA-graph replay (no host work between launches), and how busy
+        # the host's CPUs were while it was timed: a median far above the replay on a busy host is
+        # the host's time, not the kernels'
+        "cudagraph_ms": _f(tm.get("cudagraph_ms")),
+        "host_cpu_busy": _f(tm.get("host_cpu_busy")),
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,
         "speedup_vs_eager": s_eager,
         "speedup_vs_compile": s_comp,

@@ -222,6 +222,10 @@ class TimingReport(Record):
     timed_by: str | None = None
     claimed_ms: float | None = None
     cudagraph_ms: float | None = None
+    # Host CPUs busy (0-1) during the timed section, and the timing processes' priority there
+    # (tools/worker/timing.py timing_priority): a host-bound forward's median depends on both.
+    host_cpu_busy: float | None = None
+    host_priority: str | None = None
     noise: float | None = None  # relative spread (p80 - p20) / median of the candidate
     candidate_launches: int | None = None
     env: Environment | None = None

@@ -88,6 +88,52 @@ def environment() -> dict[str, Any]:
     return env
 
 
+# Nice value of the judge and its runner while they time. Other jobs compile their kernels
+# outside the GPU lock (runner.op_precompile) and can keep every core busy; a forward whose host
+# code (launches, PyTorch calls) takes longer than its GPU work is then timed against the
+# scheduler: on the H200 the same conv-transpose kernel measured 0.421 and 0.611 ms in two runs
+# while its CUDA-graph replay measured 0.352 and 0.353 ms. Lowering a nice value needs root
+# (CAP_SYS_NICE); elsewhere priorities stay as they are and the timing says so.
+TIMING_NICE = -10
+
+
+@contextlib.contextmanager
+def timing_priority(pids: list[int], out: dict[str, Any]):
+    """Run the enclosed timed section with `pids` (this process and the runner) at TIMING_NICE,
+    and record in `out` whether it did and how busy the host's CPUs were meanwhile."""
+    before: dict[int, int] = {}
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        for pid in pids:
+            try:
+                before[pid] = os.getpriority(os.PRIO_PROCESS, pid)
+                os.setpriority(os.PRIO_PROCESS, pid, TIMING_NICE)
+            except OSError:
+                before.pop(pid, None)
+    out["host_priority"] = f"nice {TIMING_NICE}" if before else "unchanged (needs root)"
+    t0 = _cpu_times()
+    try:
+        yield
+    finally:
+        for pid, nice in before.items():
+            try:
+                os.setpriority(os.PRIO_PROCESS, pid, nice)
+            except OSError:
+                pass
+        t1 = _cpu_times()
+        if t0 is not None and t1 is not None and t1[0] > t0[0]:
+            out["host_cpu_busy"] = round(1.0 - (t1[1] - t0[1]) / (t1[0] - t0[0]), 3)
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(all, idle) jiffies of the host's CPUs from /proc/stat (None where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0)) if len(vals) > 3 else None
+
+
 def bench(fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> dict[str, float]:
     """triton.testing.do_bench: warm-up, L2 flushed before each call, CUDA events; median, p20, p80."""
     import triton.testing
@@ -249,7 +295,8 @@ def _time(
         torch.cuda.synchronize()
         lap("roofline_bounds")
 
-    with locked(True), torch.no_grad():
+    pids = [os.getpid()] + ([runner.pid] if runner is not None and getattr(runner, "pid", 0) else [])
+    with locked(True), torch.no_grad(), timing_priority(pids, out):
         lap("wait_exclusive")
         if runner is not None:
             try:
