@@ -7,6 +7,16 @@ then the normalised, per-channel affine and epilogue write. The channel of row e
 g * (C / G) + r // HW, which indexes the weight and bias.
 
 The group count and eps of a module are read from it at run time (not baked from the capture).
+
+Algorithms:
+  group-split-rows    each row split into chunks over enough programs to fill the GPU: a
+                      statistics pass (per chunk, sums of x - s and of (x - s)^2 around the row's
+                      first element s, so long rows do not cancel), then one pass that folds the
+                      row's chunk sums into mean and 1 / std and writes its chunk normalised:
+                      the input is read twice and the output written once (first for rows longer
+                      than SPLIT_MIN_R, which no longer stay in cache between the passes)
+  group-rows-two-pass one program per row: mean, then squared deviations around it, then the
+                      write (three reads: exact variance, best for short rows that stay cached)
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ class GnPlan:
     bias: str | None
     node: str
     epilogue: Chain
+    shape: list[int] | None = None  # the norm's captured shape (seed order only)
+    n_groups: int | None = None  # the captured group count (seed order only)
 
 
 def _leaf_expr(view: GraphView, a: Any, what: str) -> str:
@@ -70,18 +82,61 @@ def match(view: GraphView) -> GnPlan | None:
         raise Unsupported("group_norm epilogue reads other tensors or arguments")
     if any(e.shape != n.shape for e in nodes[1:]):
         raise Unsupported("group_norm epilogue changes the shape")
-    return GnPlan(x_expr, groups, eps, weight, bias, n.name, epilogue)
+    n_groups = n.module_attrs.get("num_groups") if n.kind == "call_module" else arg_value(n, 1, "num_groups")
+    return GnPlan(
+        x_expr,
+        groups,
+        eps,
+        weight,
+        bias,
+        n.name,
+        epilogue,
+        shape=[int(d) for d in n.shape or []],
+        n_groups=n_groups if isinstance(n_groups, int) else None,
+    )
+
+
+TWO_PASS = "group-rows-two-pass"
+SPLIT = "group-split-rows"
+# Rows longer than this (elements) go to the split algorithm first: a 64 KB fp32 row read three
+# times by one program no longer comes back from cache when hundreds of rows are in flight.
+SPLIT_MIN_R = 16384
+# Chunk partials per row at most (the apply pass folds them in one tile).
+MAX_SPLIT = 1024
+
+
+def row_length(plan: GnPlan) -> int | None:
+    """Elements per (sample, group) row at the captured shape, where the group count is known."""
+    shape = list(plan.shape or [])
+    if len(shape) < 2 or plan.n_groups is None or plan.n_groups <= 0:
+        return None
+    n = 1
+    for d in shape[1:]:
+        n *= int(d)
+    return n // plan.n_groups
 
 
 def algorithms(plan: GnPlan) -> list[str]:
-    return ["group-rows-two-pass"]
+    r = row_length(plan)
+    if r is not None and r >= SPLIT_MIN_R:
+        return [SPLIT, TWO_PASS]
+    return [TWO_PASS, SPLIT]
 
 
 def defaults(plan: GnPlan, algorithm: str) -> dict[str, Any]:
+    if algorithm == SPLIT:
+        # 8 programs per SM keep enough 16-byte loads in flight for the bandwidth roof
+        return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8}
     return {"BLOCK_N": 2048, "num_warps": 8}
 
 
 def space(plan: GnPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
+    if params.get("algorithm") == SPLIT:
+        return {
+            "mapping": {"PROGS_PER_SM": [4, 16, 2]},
+            "tiling": {"BLOCK_N": [2048, 8192, 1024]},
+            "memory": {"num_warps": [4, 16]},
+        }.get(stage, {})
     return {"tiling": {"BLOCK_N": [4096, 1024]}, "memory": {"num_warps": [4, 16]}}.get(stage, {})
 
 
@@ -145,9 +200,110 @@ def launch_group_norm(x, groups, eps, w, b, block_n, warps):
 """
 
 
+def _split_kernels(plan: GnPlan) -> str:
+    epi, last = plan.epilogue.body({plan.node: "y"}, var_prefix="e_")
+    head = [
+        "row = tl.program_id(0).to(tl.int64)",
+        "sid = tl.program_id(1)",
+        "base = row * R",
+        "lo = sid * CH",
+        "hi = tl.minimum(R, lo + CH)",
+        "cols0 = tl.arange(0, BLOCK_N)",
+        # the row's first element: sums around it do not cancel on long rows of large values
+        "shift = tl.load(x_ptr + base).to(tl.float32)",
+    ]
+    stats = [
+        *head,
+        "a1 = tl.zeros([BLOCK_N], dtype=tl.float32)",
+        "a2 = tl.zeros([BLOCK_N], dtype=tl.float32)",
+        "for start in range(lo, hi, BLOCK_N):",
+        "    cols = start + cols0",
+        "    mask = cols < hi",
+        "    d = tl.where(mask, tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)",
+        "    a1 += d",
+        "    a2 += d * d",
+        "tl.store(ws_ptr + row * NSPLIT + sid, tl.sum(a1, 0))",
+        "tl.store(ws_ptr + (ROWS + row) * NSPLIT + sid, tl.sum(a2, 0))",
+    ]
+    apply = [
+        *head,
+        "g = row % G",
+        "kk = tl.arange(0, SPLIT_BLOCK)",
+        "kmask = kk < NSPLIT",
+        "s1 = tl.sum(tl.load(ws_ptr + row * NSPLIT + kk, mask=kmask, other=0.0), 0) / R",
+        "s2 = tl.sum(tl.load(ws_ptr + (ROWS + row) * NSPLIT + kk, mask=kmask, other=0.0), 0) / R",
+        "mean = shift + s1",
+        "rstd = 1.0 / tl.sqrt(tl.maximum(s2 - s1 * s1, 0.0) + eps)",
+        "for start in range(lo, hi, BLOCK_N):",
+        "    cols = start + cols0",
+        "    mask = cols < hi",
+        "    x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)",
+        "    y = (x - mean) * rstd",
+        "    if HAS_W:",
+        "        ch = g * CPG + cols // HW",
+        "        w = tl.load(w_ptr + ch, mask=mask, other=1.0).to(tl.float32)",
+        "        b = tl.load(b_ptr + ch, mask=mask, other=0.0).to(tl.float32)",
+        "        y = y * w + b",
+        *["    " + x for x in epi],
+        f"    tl.store(out_ptr + base + cols, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+    ssig = "x_ptr, ws_ptr, R, ROWS, CH, NSPLIT, BLOCK_N: tl.constexpr"
+    asig = (
+        "x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, G, CPG, HW, R, ROWS, CH, NSPLIT, eps, "
+        "HAS_W: tl.constexpr, SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr"
+    )
+    return (
+        "@triton.jit\ndef gn_stats_kernel(" + ssig + "):\n" + "\n".join("    " + x for x in stats) + "\n\n\n"
+        "@triton.jit\ndef gn_apply_kernel(" + asig + "):\n" + "\n".join("    " + x for x in apply) + "\n"
+    )
+
+
+SPLIT_LAUNCH = f"""
+def launch_group_norm_split(x, groups, eps, w, b, block_n, warps, per_sm):
+    x = x.contiguous()
+    N, C = x.shape[0], x.shape[1]
+    if C % groups:
+        raise ValueError(f"{{C}} channels do not split into {{groups}} groups")
+    HW = x.numel() // (N * C) if N * C else 0
+    out = torch.empty_like(x)
+    if out.numel() == 0:
+        return out
+    has_w = w is not None
+    if has_w:
+        w, b = w.contiguous(), b.contiguous()
+    else:
+        w, b = x, x  # never read (HAS_W=False)
+    rows, R = N * groups, (C // groups) * HW
+    block = min(block_n, triton.next_power_of_2(R))
+    # chunks per row: enough programs for per_sm per SM, each chunk whole tiles
+    want = max(1, min({MAX_SPLIT}, triton.cdiv(per_sm * _sm_count(x), rows), triton.cdiv(R, block)))
+    ch = triton.cdiv(triton.cdiv(R, want), block) * block
+    split = triton.cdiv(R, ch)
+    ws = torch.empty((2, rows, split), device=x.device, dtype=torch.float32)
+    grid = (rows, split)
+    gn_stats_kernel[grid](x, ws, R, rows, ch, split, BLOCK_N=block, num_warps=warps)
+    gn_apply_kernel[grid](x, w, b, out, ws, groups, C // groups, HW, R, rows, ch, split, eps, HAS_W=has_w,
+                          SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=block, num_warps=warps)
+    return out
+
+
+def _sm_count(x):
+    if x.is_cuda:
+        return torch.cuda.get_device_properties(x.device).multi_processor_count
+    return 132
+"""
+
+
 def generate(desc: TaskDescription, view: GraphView, plan: GnPlan, params: dict[str, Any]) -> str:
     w = plan.weight or "None"
     b = plan.bias or "None"
+    if params["algorithm"] == SPLIT:
+        call = (
+            f"return launch_group_norm_split({plan.x_expr}, {plan.groups}, {plan.eps}, {w}, {b}, "
+            f"{int(params['BLOCK_N'])}, {int(params['num_warps'])}, {int(params['PROGS_PER_SM'])})"
+        )
+        doc = f"EGG expert: groupnorm family, algorithm {SPLIT}."
+        return assemble(desc, ewops.HELPERS + "\n\n" + _split_kernels(plan), SPLIT_LAUNCH, call, doc)
     call = (
         f"return launch_group_norm({plan.x_expr}, {plan.groups}, {plan.eps}, {w}, {b}, "
         f"{int(params['BLOCK_N'])}, {int(params['num_warps'])})"
