@@ -39,7 +39,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from ..kernelfiles import kernel_source
-from .libconv import LIB_OPS, TAIL_HELPERS, library_call, split_call
+from .libconv import LIB_OPS, TAIL_HELPERS, library_call, split_call, tile_leaf_loads
 from .library import CL_FIRST_NUMEL
 
 NORM_OPS = {"group_norm", "instance_norm"}
@@ -230,18 +230,7 @@ def _load_tile(plan: CnPlan) -> tuple[list[str], dict[str, str]]:
         "    v = v + tl.load(cb_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
     ]
     env = {plan.conv_node: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
-    for lf in plan.leaves:
-        P = f"l_{lf.name}"
-        L += [
-            f"if {P}_MODE == 0:",
-            f"    x_{lf.name} = tl.load({P}_ptr + n * {P}_sn + pp[:, None] * {P}_sp + cc[None, :] * {P}_sc, "
-            "mask=m, other=0.0).to(tl.float32)",
-            f"elif {P}_MODE == 1:",
-            f"    x_{lf.name} = tl.load({P}_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
-            "else:",
-            f"    x_{lf.name} = tl.load({P}_ptr).to(tl.float32)",
-        ]
-        env[lf.name] = f"x_{lf.name}"
+    L += tile_leaf_loads(plan.leaves, env)
     body, last = plan.pre.body(env, var_prefix="a_")
     L += [*body, f"x = {last or 'v'}"]
     return L, env

@@ -178,26 +178,34 @@ def _kernel(plan: GnPlan) -> str:
     return "@triton.jit\ndef gn_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
-LAUNCH = """
-def launch_group_norm(x, groups, eps, w, b, block_n, warps):
+PREP = """
+def gn_prepare(x, groups, w, b):
     x = x.contiguous()
     N, C = x.shape[0], x.shape[1]
     if C % groups:
         raise ValueError(f"{C} channels do not split into {groups} groups")
     HW = x.numel() // (N * C) if N * C else 0
-    out = torch.empty_like(x)
-    if out.numel() == 0:
-        return out
     has_w = w is not None
     if has_w:
         w, b = w.contiguous(), b.contiguous()
     else:
         w, b = x, x  # never read (HAS_W=False)
+    return x, torch.empty_like(x), w, b, has_w, N, C, HW
+"""
+
+LAUNCH = (
+    PREP
+    + """
+def launch_group_norm(x, groups, eps, w, b, block_n, warps):
+    x, out, w, b, has_w, N, C, HW = gn_prepare(x, groups, w, b)
+    if out.numel() == 0:
+        return out
     R = (C // groups) * HW
     gn_kernel[(N * groups,)](x, w, b, out, groups, C // groups, HW, eps, HAS_W=has_w,
                              BLOCK_N=min(block_n, triton.next_power_of_2(R)), num_warps=warps)
     return out
 """
+)
 
 
 def _split_kernels(plan: GnPlan) -> str:
@@ -258,21 +266,13 @@ def _split_kernels(plan: GnPlan) -> str:
     )
 
 
-SPLIT_LAUNCH = f"""
+SPLIT_LAUNCH = (
+    PREP
+    + f"""
 def launch_group_norm_split(x, groups, eps, w, b, block_n, warps, per_sm):
-    x = x.contiguous()
-    N, C = x.shape[0], x.shape[1]
-    if C % groups:
-        raise ValueError(f"{{C}} channels do not split into {{groups}} groups")
-    HW = x.numel() // (N * C) if N * C else 0
-    out = torch.empty_like(x)
+    x, out, w, b, has_w, N, C, HW = gn_prepare(x, groups, w, b)
     if out.numel() == 0:
         return out
-    has_w = w is not None
-    if has_w:
-        w, b = w.contiguous(), b.contiguous()
-    else:
-        w, b = x, x  # never read (HAS_W=False)
     rows, R = N * groups, (C // groups) * HW
     block = min(block_n, triton.next_power_of_2(R))
     # chunks per row: enough programs for per_sm per SM, each chunk whole tiles
@@ -292,6 +292,7 @@ def _sm_count(x):
         return torch.cuda.get_device_properties(x.device).multi_processor_count
     return 132
 """
+)
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: GnPlan, params: dict[str, Any]) -> str:

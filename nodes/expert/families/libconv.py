@@ -303,6 +303,26 @@ def _tail_leaf(l, shape):
 '''
 
 
+def tile_leaf_loads(leaves: list[Leaf], env: dict[str, str]) -> list[str]:
+    """Kernel lines loading each tensor leaf of a tail for a (pixel x channel) tile, by its mode
+    (0: a full tensor at its own strides, 1: one value per channel, 2: one scalar); each leaf's
+    tile variable is added to `env`."""
+    L: list[str] = []
+    for lf in leaves:
+        P = f"l_{lf.name}"
+        L += [
+            f"if {P}_MODE == 0:",
+            f"    x_{lf.name} = tl.load({P}_ptr + n * {P}_sn + pp[:, None] * {P}_sp + cc[None, :] * {P}_sc, "
+            "mask=m, other=0.0).to(tl.float32)",
+            f"elif {P}_MODE == 1:",
+            f"    x_{lf.name} = tl.load({P}_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
+            "else:",
+            f"    x_{lf.name} = tl.load({P}_ptr).to(tl.float32)",
+        ]
+        env[lf.name] = f"x_{lf.name}"
+    return L
+
+
 def _tail_kernel(plan: ConvPlan) -> str:
     leaves = plan.epilogue.tensor_leaves
     sig = "t_ptr, cb_ptr, out_ptr, C, P, t_sn, t_sc, t_sp"
@@ -328,18 +348,7 @@ def _tail_kernel(plan: ConvPlan) -> str:
         "    v = v + tl.load(cb_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
     ]
     env = {plan.conv_node: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves}}
-    for lf in leaves:
-        P = f"l_{lf.name}"
-        L += [
-            f"if {P}_MODE == 0:",
-            f"    x_{lf.name} = tl.load({P}_ptr + n * {P}_sn + pp[:, None] * {P}_sp + cc[None, :] * {P}_sc, "
-            "mask=m, other=0.0).to(tl.float32)",
-            f"elif {P}_MODE == 1:",
-            f"    x_{lf.name} = tl.load({P}_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]",
-            "else:",
-            f"    x_{lf.name} = tl.load({P}_ptr).to(tl.float32)",
-        ]
-        env[lf.name] = f"x_{lf.name}"
+    L += tile_leaf_loads(leaves, env)
     if plan.softmax is None:
         body, last = plan.epilogue.body(env)
     else:
