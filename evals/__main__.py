@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="local", choices=["local", "ray"])
     ap.add_argument("--ray-address")
     ap.add_argument("--html", action="store_true")
+    ap.add_argument(
+        "--shapes",
+        default="as-written",
+        choices=["as-written", "ragged"],
+        help="ragged: int size constants >= 8 changed to smaller non-power-of-two values",
+    )
     ap.add_argument("--task-timeout", type=float, default=3600.0, help="seconds per task")
     ap.add_argument("--optimize-cmd", help="override the optimize command (shell-quoted)")
     ap.add_argument("--extra", default="", help="extra args passed to optimize (shell-quoted)")
@@ -54,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         extra_args=shlex.split(a.extra),
         optimize_cmd=shlex.split(a.optimize_cmd) if a.optimize_cmd else None,
         task_timeout_s=a.task_timeout,
+        shapes=a.shapes,
     )
 
 

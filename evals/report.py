@@ -84,7 +84,7 @@ def _distinct(values: Any) -> list[str]:
 
 
 def run_caption(rows: list[dict[str, Any]]) -> str:
-    """One line naming the GPU(s), dtype(s) and versions the rows were measured with."""
+    """One line naming the GPU(s), dtype(s), versions and shapes the rows were measured with."""
     gpus = _distinct(r.get("gpu") for r in rows)
     devices = _distinct(r.get("device") for r in rows)
     if gpus:
@@ -99,6 +99,10 @@ def run_caption(rows: list[dict[str, Any]]) -> str:
         vals = _distinct((r.get("versions") or {}).get(key) for r in rows)
         if vals:
             parts.append(f"{label} {' / '.join(vals)}")
+    # the sizes the tasks ran at (`egg eval --shapes`); rows older than the field: as written
+    parts.append(
+        f"shapes {' / '.join(_distinct(r.get('shapes') or 'as-written' for r in rows)) or 'as-written'}"
+    )
     return " | ".join(parts)
 
 
@@ -379,6 +383,25 @@ def _plots(
 # ---------------------------------------------------------------------------------------------
 
 
+def _shapes_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The header's line on the sizes the tasks ran with (`egg eval --shapes`)."""
+    modes = _distinct(r.get("shapes") or "as-written" for r in rows) or ["as-written"]
+    line = f"- shapes: {' / '.join(modes)}"
+    if "ragged" in modes:
+        line += (
+            " (int size constants >= 8 changed to smaller non-power-of-two values; on CPU applied "
+            "to the shrunk sizes)"
+        )
+        fell_back = [
+            str(r.get("task"))
+            for r in rows
+            if r.get("shapes") == "ragged" and r.get("shapes_used") != "ragged"
+        ]
+        if fell_back:
+            line += f"; ran as written (no ragged set ran, or the task failed to load), not ragged: {', '.join(fell_back)}"
+    return [line]
+
+
 def render_markdown(
     rows: list[dict[str, Any]],
     metrics: dict[str, Any],
@@ -403,6 +426,7 @@ def render_markdown(
         }
     )
     lines += [f"- measured on: {run_caption(rows)}"]
+    lines += _shapes_lines(rows)
     lines += [f"- model / policy / device: {', '.join(' / '.join(map(str, c)) for c in cfg) or 'n/a'}"]
     for e in envs:
         lines += [f"- environment: {e or 'unknown'}"]

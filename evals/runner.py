@@ -44,6 +44,7 @@ from typing import Any
 from evals.phases import task_phases
 from evals.results import ResultsFile
 from evals.tasks import TaskDiscoveryError, TaskEntry, discover
+from tools.sizes import SHAPES_MODES
 
 ROW_SCHEMA = 1
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -52,7 +53,9 @@ _KILL_GRACE_S = 5.0
 _POLL_S = 0.1
 # Config keys that must match on --resume: mixing rows of different models or policies in
 # one report would make every metric meaningless.
-_RESUME_KEYS = ("model", "policy", "stages", "device", "extra_args")
+_RESUME_KEYS = ("model", "policy", "stages", "device", "extra_args", "shapes")
+# What a manifest without the key (written before it existed) ran with.
+_RESUME_DEFAULTS: dict[str, Any] = {"shapes": "as-written"}
 # The halt reason of a run that used up its wall-time budget (nodes/code.py).
 _RUN_BUDGET_HALT = "run wall-time budget"
 
@@ -76,6 +79,8 @@ class EvalConfig:
     gpus: list[int] = field(default_factory=list)
     # time.time() at which the time box ends (None: no box)
     deadline: float | None = None
+    # "as-written" or "ragged" (optimize --shapes): the sizes every task runs with
+    shapes: str = "as-written"
 
 
 # A fifth of the box, within these bounds.
@@ -123,6 +128,8 @@ def build_command(
         cmd += ["--stages", ",".join(cfg.stages)]
     if run_seconds is not None:
         cmd += ["--run-seconds", f"{run_seconds:g}"]
+    if cfg.shapes != "as-written":
+        cmd += ["--shapes", cfg.shapes]
     return cmd + list(cfg.extra_args)
 
 
@@ -432,6 +439,11 @@ def build_row(
         "timing_note": None if measured else rep.get("timing_note"),
         "delegated_ops": [str(x) for x in rep.get("delegated_ops") or []],
         "sizes_used": rep.get("sizes_used") or {},
+        # The eval's --shapes; the shapes sizes_used follow (as written when no ragged set ran,
+        # shapes_note then says so).
+        "shapes": cfg.shapes,
+        "shapes_used": rep.get("shapes") if isinstance(rep.get("shapes"), str) else None,
+        "shapes_note": rep.get("shapes_note") if isinstance(rep.get("shapes_note"), str) else None,
         "wall_s": round(wall, 3),
         "optimize_wall_s": _f(rep.get("wall_s")),
         # The run's wall-time budget from the eval's time box (None: none), and why the run
@@ -860,9 +872,10 @@ def _manifest(out: Path, cfg_view: dict[str, Any], resume: bool) -> str:
     if mpath.exists() and resume:
         m = json.loads(mpath.read_text())
         old = m.get("config", {})
-        diff = [k for k in _RESUME_KEYS if old.get(k) != cfg_view.get(k)]
+        was = {k: old.get(k, _RESUME_DEFAULTS.get(k)) for k in _RESUME_KEYS}
+        diff = [k for k in _RESUME_KEYS if was[k] != cfg_view.get(k)]
         if diff:
-            detail = ", ".join(f"{k}: {old.get(k)!r} -> {cfg_view.get(k)!r}" for k in diff)
+            detail = ", ".join(f"{k}: {was[k]!r} -> {cfg_view.get(k)!r}" for k in diff)
             raise EvalUsageError(f"--resume with a different configuration ({detail}); use a new --out")
         m.setdefault("resumed_at", []).append(_now())
         mpath.write_text(json.dumps(m, indent=2))
@@ -870,6 +883,20 @@ def _manifest(out: Path, cfg_view: dict[str, Any], resume: bool) -> str:
     eval_id = f"eval-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     mpath.write_text(json.dumps({"eval_id": eval_id, "created_at": _now(), "config": cfg_view}, indent=2))
     return eval_id
+
+
+def _record_sizes(out: Path, rows: list[dict[str, Any]]) -> None:
+    """DIR/eval.json: the sizes each recorded task ran with, and the shapes they follow."""
+    mpath = out / "eval.json"
+    try:
+        m = json.loads(mpath.read_text())
+    except (OSError, ValueError):
+        return
+    m["tasks"] = {
+        r["task"]: {"sizes_used": r.get("sizes_used") or {}, "shapes_used": r.get("shapes_used")}
+        for r in sorted(rows, key=lambda r: r["task"])
+    }
+    mpath.write_text(json.dumps(m, indent=2))
 
 
 def _check_run_settings(model: str, stages: list[str] | None, policy: str) -> None:
@@ -904,6 +931,7 @@ def eval_command(
     optimize_cmd: list[str] | None = None,
     task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
     time_box_s: float | None = None,
+    shapes: str = "as-written",
 ) -> int:
     """Run optimize over every task under `paths`, write DIR/results.jsonl and the report.
 
@@ -924,6 +952,8 @@ def eval_command(
             raise EvalUsageError(f"--policy must be strict or mixed, not {policy!r}")
         if workers < 1:
             raise EvalUsageError("--workers must be >= 1")
+        if shapes not in SHAPES_MODES:
+            raise EvalUsageError(f"--shapes must be {' or '.join(SHAPES_MODES)}, not {shapes!r}")
         if ray_address and backend != "ray":
             raise EvalUsageError("--ray-address needs --backend ray")
         if time_box_s is not None:
@@ -946,9 +976,17 @@ def eval_command(
     existing = results.load()
     if existing and not resume:
         return fail(f"{results.path} already has {len(existing)} row(s); pass --resume or use a new --out")
+    other = sorted({str(r.get("shapes", "as-written")) for r in existing} - {shapes})
+    if other:
+        # rows at other sizes would be counted as this eval's results
+        return fail(
+            f"--resume with --shapes {shapes}, but {results.path} has rows run with --shapes "
+            f"{', '.join(other)}; use a new --out"
+        )
     cfg_view = {
         "model": model, "policy": policy, "stages": list(stages) if stages else None, "device": dev,
         "extra_args": list(extra_args or []), "backend": backend, "gpus": gpu_list, "workers": workers,
+        "shapes": shapes,
     }  # fmt: skip
     try:
         eval_id = _manifest(out_dir, cfg_view, resume)
@@ -959,7 +997,7 @@ def eval_command(
         extra_args=list(extra_args or []),
         optimize_cmd=list(optimize_cmd) if optimize_cmd else [sys.executable, "-m", "graph.cli", "optimize"],
         backend=backend, eval_id=eval_id, task_timeout_s=task_timeout_s, gpus=gpu_list,
-        deadline=None if time_box_s is None else time.time() + time_box_s,
+        deadline=None if time_box_s is None else time.time() + time_box_s, shapes=shapes,
     )  # fmt: skip
     done_ids = {r["task"] for r in existing}
     todo = [t for t in tasks if t.id not in done_ids]
@@ -1008,6 +1046,7 @@ def eval_command(
 
     completed = outcome == "completed"
     rows = [r for r in latest_rows(results.load()) if r["task"] in task_ids]
+    _record_sizes(out_dir, rows)
     written = write_report(out_dir, rows, html=html, complete=completed, total_tasks=len(tasks))
     if not completed:
         why = f"the time box of {time_box_s:g} s ended" if outcome == "time_box" else "interrupted"

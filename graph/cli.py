@@ -143,7 +143,12 @@ def _describe_update(ns: tuple[str, ...], node: str, upd: Any) -> str | None:
         desc = upd.get("desc")
         sizes = desc.sizes_used if desc else {}
         aten = " (captured at the ATen level)" if desc and desc.capture_path == "aten" else ""
-        return f"prepare: loaded {upd['task'].name}, {len(desc.op_graph) if desc else 0} ops{aten}, sizes {sizes}"
+        shapes = f" ({desc.shapes})" if desc and desc.shapes != "as-written" else ""
+        note = f"; {desc.shapes_note}" if desc and desc.shapes_note else ""
+        return (
+            f"prepare: loaded {upd['task'].name}, {len(desc.op_graph) if desc else 0} ops{aten}, "
+            f"sizes {sizes}{shapes}{note}"
+        )
     if node == "code" and cur is not None:
         return f"{where}: wrote {cur.candidate.id} ({cur.candidate.mode}: {cur.candidate.origin})"
     if node in ("compile", "check", "time") and cur is not None:
@@ -334,6 +339,22 @@ def optimize(
     job_timeout: Annotated[float | None, typer.Option(help="time limit of one sandbox job, seconds")] = None,
     home: HomeOpt = None,
     checkpoint_url: StoreOpt = None,
+    size: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--size",
+            metavar="NAME=VALUE",
+            help="run the task with a module-level int size constant set to VALUE (repeatable, "
+            "e.g. --size batch_size=24 --size dim=1000); on CPU the shrinking starts from these",
+        ),
+    ] = None,
+    shapes: Annotated[
+        str,
+        typer.Option(
+            help="as-written, or ragged: int size constants >= 8 changed to smaller non-power-of-two "
+            "values (the checker's second-shape rule; the first set the task runs with, else as written)"
+        ),
+    ] = "as-written",
     json_logs: Annotated[bool, typer.Option("--json-logs", help="log JSON lines to stderr")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
@@ -358,6 +379,9 @@ def optimize(
                 {"status": "bad_input", "failure": one_line(str(e)), "task_path": task}, out_dir, thread, 0.0
             )
             raise BadInput(one_line(str(e))) from None
+        spec = spec.model_copy(
+            update={"size_overrides": _size_overrides(size or [], spec.source), "shapes": _shapes(shapes)}
+        )
         dev = _resolve_device(device)
         settings = _settings(
             code_model=code_model or model,
@@ -416,6 +440,24 @@ def optimize(
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
     _finish_run(values, out_dir, egg_home, thread, time.time() - t0)
+
+
+def _size_overrides(args: list[str], source: str) -> dict[str, int]:
+    """`--size NAME=VALUE` arguments, checked against the task's text (nothing of it runs here)."""
+    from tools.sizes import parse_size_args
+
+    try:
+        return parse_size_args(args, source)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def _shapes(shapes: str) -> Any:
+    from tools.sizes import SHAPES_MODES
+
+    if shapes not in SHAPES_MODES:
+        raise BadInput(f"--shapes must be {' or '.join(SHAPES_MODES)}, not {shapes!r}")
+    return shapes
 
 
 def _infra_failure(home: Path, thread: str, e: BaseException) -> None:
@@ -724,6 +766,9 @@ def _eval_summary(out: str, code: int) -> dict[str, Any]:
         "speedup_vs_compile",
         "wall_s",
         "thread_id",
+        "shapes",
+        "shapes_used",
+        "sizes_used",
     )
     return {
         "exit_code": code,
@@ -771,6 +816,13 @@ def eval_(
             "their best verified kernel before it ends (exit 3 with tasks left: rerun with --resume)",
         ),
     ] = None,
+    shapes: Annotated[
+        str,
+        typer.Option(
+            help="as-written, or ragged: every task with its int size constants >= 8 changed to smaller "
+            "non-power-of-two values (passed to optimize; rows record the sizes used)"
+        ),
+    ] = "as-written",
     as_json: Annotated[
         bool, typer.Option("--json", help="print a JSON summary on stdout (progress goes to stderr)")
     ] = False,
@@ -803,6 +855,7 @@ def eval_(
             ray_address=ray_address,
             html=html,
             time_box_s=time_box,
+            shapes=shapes,
             extra_args=[
                 arg
                 for flag, value in (

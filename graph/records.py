@@ -21,6 +21,9 @@ CodeMode = Literal["seed", "refine", "tune", "fix"]
 LoopMode = Literal["seed", "refine", "tune"]
 # Where a run stands; "interrupted" is never stored: `egg threads` derives it from a dead owner.
 RunStatus = Literal["running", "verified", "no_kernel", "bad_input"]
+# The sizes a run asks for (tools/sizes.py): the file's own, or its int size constants >= 8
+# changed to smaller non-power-of-two values (the first set of the ragged rule the task runs with).
+Shapes = Literal["as-written", "ragged"]
 
 
 class Record(BaseModel):
@@ -42,6 +45,9 @@ class TaskSpec(Record):
     # Module-level size constants to override (e.g. {"N": 256}); applied in the worker before
     # get_inputs()/get_init_inputs() run. Empty means "as written in the file".
     size_overrides: dict[str, int] = Field(default_factory=dict)
+    # "ragged": the describe job changes the sizes (after the user's overrides, and after the CPU
+    # shrinking) by the ragged rule, and prepare makes its choice the run's size_overrides.
+    shapes: Shapes = "as-written"
 
 
 class TensorInfo(Record):
@@ -94,6 +100,10 @@ class TaskDescription(Record):
     # Module-level int/float constants of the file as written, and as used in this run.
     constants: dict[str, Any] = Field(default_factory=dict)
     sizes_used: dict[str, Any] = Field(default_factory=dict)
+    # The shapes sizes_used follow: "ragged" when a ragged set ran, else "as-written" (also when
+    # ragged was asked for and no set ran: shapes_note then says so).
+    shapes: Shapes = "as-written"
+    shapes_note: str | None = None
     op_graph: list[OpNode] = Field(default_factory=list)
     capture_error: str | None = None  # why op_graph is empty, when it is
     # Model's int attributes as used in this run (`self.n_head`): host views that baked one of
@@ -108,6 +118,15 @@ class TaskDescription(Record):
     check_peak_bytes: float | None = None
     # On a GPU: that estimate as shares of the GPU's memory (tools/worker/gpumem.py).
     check_memory_units: int | None = None
+
+    def size_overrides(self) -> dict[str, int]:
+        """The int sizes this description ran with that differ from the file's: the overrides
+        every later job of the run uses."""
+        return {
+            k: v
+            for k, v in self.sizes_used.items()
+            if isinstance(v, int) and not isinstance(v, bool) and self.constants.get(k) != v
+        }
 
     @property
     def capture_path(self) -> str | None:

@@ -52,6 +52,10 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
         # The reference's output dtype(s), e.g. "float32": what reports print beside the GPU.
         "dtype": ",".join(dict.fromkeys(t.dtype for t in desc.outputs)) if desc and desc.outputs else None,
         "size_overrides": task.size_overrides if task else None,
+        # the shapes asked for (`--shapes`), the shapes sizes_used follow, and why they differ
+        "shapes_requested": task.shapes if task else None,
+        "shapes": desc.shapes if desc else None,
+        "shapes_note": desc.shapes_note if desc else None,
         "check": best.check.model_dump() if best else None,
         "delegated_ops": best.check.delegated_ops if best else [],
         "stages": [d.model_dump() for d in decisions],

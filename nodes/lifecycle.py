@@ -51,7 +51,12 @@ def make_prepare_node(deps: Deps):
             desc = deps.toolbox.describe(task, shrink=settings.device == "cpu")
         except BadTaskError as e:
             log.debug("prepare.bad_input", task=task.name, error=str(e))
-            return {**update, "task": task, "status": "bad_input", "failure": one_line(str(e))}
+            failure = one_line(str(e))
+            if task.size_overrides:
+                # sizes the user chose (`--size`): say which, the file alone may run fine
+                sizes = ", ".join(f"{k}={v}" for k, v in task.size_overrides.items())
+                failure = one_line(f"{failure} (with sizes {sizes})", limit=400)
+            return {**update, "task": task, "status": "bad_input", "failure": failure}
         except ToolInfraError as e:
             # The machine failed (the GPU stayed full, a worker could not start), after the
             # toolbox's retries: the run ends without a kernel, and the task is not called bad.
@@ -63,10 +68,9 @@ def make_prepare_node(deps: Deps):
                 "status": "no_kernel",
                 "failure": f"infrastructure: describing the task failed for reasons of the machine: {one_line(str(e))}",
             }
-        overrides = {
-            k: v for k, v in desc.sizes_used.items() if isinstance(v, int) and desc.constants.get(k) != v
-        }
-        task = task.model_copy(update={"size_overrides": overrides})
+        # The sizes the description ran with become the run's: the user's overrides, then the
+        # CPU shrinking and the ragged choice, all made in the worker from those.
+        task = task.model_copy(update={"size_overrides": desc.size_overrides()})
         log.info(
             "prepare",
             task=task.name,
@@ -74,6 +78,8 @@ def make_prepare_node(deps: Deps):
             ops=len(desc.op_graph),
             capture=desc.capture_path,
             sizes=desc.sizes_used,
+            shapes=desc.shapes,
+            shapes_note=desc.shapes_note,
         )
         return {**update, "task": task, "desc": desc}
 

@@ -130,7 +130,10 @@ class Toolbox:
         )
 
     def describe(self, task: TaskSpec, *, shrink: bool) -> TaskDescription:
-        res = self._run(self._job("describe", task, options={"shrink": shrink, "name": task.name}))
+        opts: dict[str, Any] = {"shrink": shrink, "name": task.name}
+        if task.shapes != "as-written":
+            opts["shapes"] = task.shapes  # chosen in the worker: the task's code runs only there
+        res = self._run(self._job("describe", task, options=opts))
         if res.error_kind == "bad_task":
             raise BadTaskError(res.error or "bad task")
         if not res.ok:
@@ -144,8 +147,10 @@ class Toolbox:
             known: dict[str, float | int] = {"peak_bytes": desc.check_peak_bytes}
             if desc.check_memory_units is not None:
                 known["memory_units"] = desc.check_memory_units
+            # keyed by the sizes the run goes on with (ragged shapes change them here)
+            ran = task.model_copy(update={"size_overrides": desc.size_overrides()})
             with self._lock:
-                self._peak[self._task_key(task)] = known
+                self._peak[self._task_key(ran)] = known
         return desc
 
     def compile(

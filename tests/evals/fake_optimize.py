@@ -10,6 +10,7 @@ before the budget ended), mode late has none yet (exit 1).
 FAKE_OPT_TIMING=1: write GPU-like timing (deterministic per task, with p20/p80) instead of
 timing=null, and log one `tool.evaluate` line with job phases as the real optimize does on a GPU.
 FAKE_OPT_LOG: file to which each invocation appends "<stem> <CUDA_VISIBLE_DEVICES>".
+--shapes ragged: the report says so, with sizes_used {"N": 11}.
 It never imports torch: the runner tests must stay fast.
 """
 
@@ -35,6 +36,7 @@ def main() -> int:
     ap.add_argument("--stages")
     ap.add_argument("--seeds", type=int)
     ap.add_argument("--run-seconds", type=float)
+    ap.add_argument("--shapes", choices=["as-written", "ragged"], default="as-written")
     a = ap.parse_args()
     stem = Path(a.task).stem
     modes = dict(kv.split("=", 1) for kv in os.environ.get("FAKE_OPT_MODES", "").split(",") if "=" in kv)
@@ -93,7 +95,8 @@ def main() -> int:
     degenerate = ["output is constant"] if mode == "ok" and "degenerate" in stem else []
     report = {
         "verified": verified, "thread_id": a.thread_id, "task": a.task, "device": a.device,
-        "model": {"code": a.model, "profiler": a.model, "debugger": a.model}, "policy": a.policy, "family": "fakefam", "sizes_used": {},
+        "model": {"code": a.model, "profiler": a.model, "debugger": a.model}, "policy": a.policy, "family": "fakefam",
+        "sizes_used": {"N": 11} if a.shapes == "ragged" else {}, "shapes": a.shapes, "shapes_requested": a.shapes,
         "dtype": "float32",
         "stages": stages, "timing": timing, "speedup_vs_eager": s_e, "speedup_vs_compile": s_c,
         "roofline_fraction": 0.5 if timing else None, "bottleneck": "memory",

@@ -59,7 +59,9 @@ def test_gpu_report_draws_every_plot_with_the_run_in_the_titles(tmp_path: Path) 
         "stage_waterfall.png",
     ):
         assert (tmp_path / name).read_bytes()[:8] == PNG
-    assert m["measured_on"] == "NVIDIA H200 | float32 | torch 2.11.0+cu130 | triton 3.6.0 | CUDA 13.0"
+    assert m["measured_on"] == (
+        "NVIDIA H200 | float32 | torch 2.11.0+cu130 | triton 3.6.0 | CUDA 13.0 | shapes as-written"
+    )
     lv1, lv2 = m["per_level"]["level1"], m["per_level"]["level2"]
     assert lv1["speedup"]["vs_eager"]["geomean"] == pytest.approx((2.0 * 0.8) ** 0.5)
     assert lv1["speedup"]["vs_compile"]["geomean"] == pytest.approx((1.2 * 0.5) ** 0.5)
@@ -107,7 +109,7 @@ def test_unknown_gpu_gets_no_roofline_instead_of_another_gpus_peaks(tmp_path: Pa
 
 
 def test_caption_says_what_was_not_recorded() -> None:
-    assert run_caption([{"device": "cuda"}]) == "GPU not recorded | dtype not recorded"
+    assert run_caption([{"device": "cuda"}]) == "GPU not recorded | dtype not recorded | shapes as-written"
 
 
 def test_phases_from_the_report_win_over_the_logs() -> None:
@@ -186,3 +188,16 @@ def test_results_pages_contain_every_file_they_link() -> None:
             if not (page.parent / target.split("#")[0]).exists():
                 dead.append(f"{page.relative_to(REPO)} -> {target}")
     assert not dead, dead
+
+
+def test_header_states_the_shapes_and_the_tasks_that_fell_back(tmp_path: Path) -> None:
+    rows = [
+        {"task": "l__a", "device": "cpu", "verified": True, "shapes": "ragged", "shapes_used": "ragged"},
+        {"task": "l__b", "device": "cpu", "verified": True, "shapes": "ragged", "shapes_used": "as-written",
+         "shapes_note": "ragged: the task runs with none of the 3 ragged size set(s); it ran as written"},
+    ]  # fmt: skip
+    write_report(tmp_path, rows)
+    md = (tmp_path / "report.md").read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("- shapes:"))
+    assert line.startswith("- shapes: ragged (int size constants >= 8") and line.endswith("not ragged: l__b")
+    assert run_caption(rows).endswith("| shapes ragged")

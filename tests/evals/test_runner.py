@@ -419,3 +419,79 @@ def test_time_box_too_short_or_with_ray_is_bad_input(tmp_path: Path, fake_env: P
     )
     assert rc == 2
     assert not invocations(fake_env)
+
+
+def test_shapes_ragged_is_passed_on_and_recorded(tmp_path: Path, fake_env: Path) -> None:
+    from evals.runner import EvalConfig, build_command
+    from evals.tasks import discover
+
+    tasks = copy_tasks(tmp_path / "lvl", {"a": "s02_softmax", "b": "s01_elementwise_chain"})
+    out = tmp_path / "ev"
+    rc = eval_command([str(tasks)], out=str(out), device="cpu", shapes="ragged", optimize_cmd=FAKE_CMD)
+    assert rc == 0
+    rows = rows_of(out)
+    assert {(r["shapes"], r["shapes_used"], json.dumps(r["sizes_used"])) for r in rows} == {
+        ("ragged", "ragged", '{"N": 11}')
+    }
+    m = json.loads((out / "eval.json").read_text())
+    assert m["config"]["shapes"] == "ragged"
+    assert m["tasks"] == {r["task"]: {"sizes_used": {"N": 11}, "shapes_used": "ragged"} for r in rows}
+    md = (out / "report.md").read_text()
+    assert "- shapes: ragged (int size constants >= 8 changed" in md and "| shapes ragged" in md
+    assert "shapes ragged" in json.loads((out / "metrics.json").read_text())["measured_on"]
+    # the flag reaches optimize only when asked for
+    cfg = EvalConfig(out=str(out), device="cpu", model="expert", policy="mixed", stages=None, extra_args=[],
+                     optimize_cmd=["egg-opt"], backend="local", eval_id="e", task_timeout_s=1.0)  # fmt: skip
+    task = discover([str(tasks)])[0]
+    assert "--shapes" not in build_command(cfg, task)
+    cfg.shapes = "ragged"
+    assert build_command(cfg, task)[-2:] == ["--shapes", "ragged"]
+
+
+def test_resume_refuses_another_shapes_mode(
+    tmp_path: Path, fake_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = copy_tasks(tmp_path / "lvl", {"a": "s02_softmax"})
+    out = tmp_path / "ev"
+    assert eval_command([str(tasks)], out=str(out), device="cpu", optimize_cmd=FAKE_CMD) == 0
+    assert rows_of(out)[0]["shapes"] == "as-written"
+    assert "- shapes: as-written" in (out / "report.md").read_text()
+    capsys.readouterr()
+    rc = eval_command(
+        [str(tasks)], out=str(out), device="cpu", resume=True, shapes="ragged", optimize_cmd=FAKE_CMD
+    )
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--shapes ragged" in err and "--shapes as-written" in err and "new --out" in err
+    # a manifest without the key (written before it existed) ran as written
+    m = json.loads((out / "eval.json").read_text())
+    del m["config"]["shapes"]
+    (out / "eval.json").write_text(json.dumps(m))
+    results = out / "results.jsonl"
+    results.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "shapes"}) + "\n" for r in rows_of(out))
+    )
+    assert eval_command([str(tasks)], out=str(out), device="cpu", resume=True, optimize_cmd=FAKE_CMD) == 0
+    assert (
+        eval_command(
+            [str(tasks)], out=str(out), device="cpu", resume=True, shapes="ragged", optimize_cmd=FAKE_CMD
+        )
+        == 2
+    )
+    assert "has rows run with --shapes as-written" in capsys.readouterr().err
+    # manifest check alone (no rows yet): another mode is refused too
+    out2 = tmp_path / "ev2"
+    out2.mkdir()
+    (out2 / "eval.json").write_text(
+        json.dumps({"eval_id": "e", "config": {**m["config"], "shapes": "ragged"}})
+    )
+    capsys.readouterr()
+    assert eval_command([str(tasks)], out=str(out2), device="cpu", resume=True, optimize_cmd=FAKE_CMD) == 2
+    assert "shapes: 'ragged' -> 'as-written'" in capsys.readouterr().err
+    assert (
+        eval_command(
+            [str(tasks)], out=str(tmp_path / "ev3"), device="cpu", shapes="wide", optimize_cmd=FAKE_CMD
+        )
+        == 2
+    )
+    assert "--shapes must be as-written or ragged, not 'wide'" in capsys.readouterr().err

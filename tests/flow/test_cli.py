@@ -295,3 +295,73 @@ def test_eval_records_each_malformed_task_as_a_bad_input_row(tmp_path):
         assert row["failure"] and "\n" not in row["failure"] and "Traceback" not in row["failure"], row
     assert "syntax error" in rows["syntax"]["failure"] and "UTF-8" in rows["not_utf8"]["failure"]
     assert "NUL" in rows["nul_bytes"]["failure"]
+
+
+CORPUS = ROOT / "tests" / "corpus" / "tasks"
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--size", "NOPE=3"], "--size NOPE=3: 'NOPE' is not a module-level int constant of the task"),
+        (["--size", "DIM=1.5"], "--size DIM=1.5: the value must be a positive integer, not '1.5'"),
+        (["--size", "DIM=0"], "--size DIM=0: the value must be a positive integer, not 0"),
+        (["--size", "DIM=-4"], "the value must be a positive integer, not -4"),
+        (["--size", "DIM"], "--size must be NAME=VALUE"),
+        (["--size", "=7"], "--size must be NAME=VALUE"),
+        (["--shapes", "square"], "--shapes must be as-written or ragged, not 'square'"),
+    ],
+)
+def test_bad_sizes_are_bad_input(tmp_path, args, msg):
+    r = egg(
+        "optimize",
+        str(CORPUS / "relu.py"),
+        "--device",
+        "cpu",
+        *args,
+        "--out",
+        str(tmp_path / "o"),
+        home=tmp_path,
+    )
+    assert r.returncode == 2 and msg in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr + r.stdout and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sizes_the_task_fails_at_are_bad_input_with_its_error(tmp_path):
+    task = tmp_path / "mult4.py"
+    task.write_text(
+        "import torch\nN = 16\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        assert x.shape[0] % 4 == 0, 'N must be a multiple of 4'\n        return x + 1\n\n\n"
+        "def get_inputs():\n    return [torch.randn(N)]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    r = egg(
+        "optimize",
+        str(task),
+        "--device",
+        "cpu",
+        "--size",
+        "N=13",
+        "--out",
+        str(tmp_path / "o"),
+        home=tmp_path,
+    )
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "N must be a multiple of 4" in r.stderr and "(with sizes N=13)" in r.stderr
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["status"] == "bad_input"
+
+
+def test_optimize_at_the_users_sizes_cpu(tmp_path):
+    out = tmp_path / "o"
+    r = egg(
+        "optimize", str(CORPUS / "relu.py"), "--device", "cpu", "--size", "DIM=100", "--size", "BATCH=7",
+        "--stages", "algorithm", "--seeds", "1", "--out", str(out), home=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "sizes {'BATCH': 7, 'DIM': 100}" in r.stdout
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verified"] and rep["sizes_used"] == {"BATCH": 7, "DIM": 100}
+    assert rep["size_overrides"] == {"BATCH": 7, "DIM": 100} and rep["shapes"] == "as-written"
+    # every trial of the check ran at those sizes (and its second shape below them)
+    trials = rep["check"]["shapes_checked"]
+    assert [t["inputs"] for t in trials if t["trial"] != "second-shape"] == [[[7, 100]]] * 4
+    assert [t["inputs"] for t in trials if t["trial"] == "second-shape"] == [[[7, 74]]]

@@ -87,3 +87,36 @@ def test_readme_python_snippet_runs(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "verified" in r.stdout and "@triton.jit" in r.stdout
+
+
+def test_sizes_and_shapes_never_import_torch_in_the_agent_process():
+    """`--size` is checked against the task's text, `--shapes ragged` is decided in the worker:
+    the CLI, the eval runner and the graph (with a ragged, resized task) stay free of torch."""
+    code = """
+import sys
+sys.path.insert(0, 'tests')
+from graph.cli import _shapes, _size_overrides
+from evals.runner import EvalConfig, build_command
+from evals.tasks import TaskEntry
+source = open('tests/corpus/tasks/relu.py').read()
+assert _size_overrides(['DIM=100'], source) == {'DIM': 100} and _shapes('ragged') == 'ragged'
+cfg = EvalConfig(out='o', device='cpu', model='expert', policy='mixed', stages=None, extra_args=[],
+                 optimize_cmd=['x'], backend='local', eval_id='e', task_timeout_s=1.0, shapes='ragged')
+from evals.tasks import discover
+assert '--shapes' in build_command(cfg, discover(['tests/corpus/tasks/relu.py'])[0])
+from fakes import FakeToolbox, ScriptedCode, scripted_models
+from langgraph.checkpoint.memory import InMemorySaver
+from graph.context import Context
+from graph.main import build_graph
+from graph.records import TaskSpec
+from nodes.deps import Deps
+code = ScriptedCode({("algorithm", "seed"): ["# ms=0.5"]})
+deps = Deps(toolbox=FakeToolbox(), model_factory=lambda s, t: scripted_models(code))
+g = build_graph(deps).compile(checkpointer=InMemorySaver())
+task = TaskSpec(path="t.py", name="t", source="class Model: pass\\nN = 8\\n", size_overrides={"N": 8}, shapes="ragged")
+g.invoke({"task": task}, {"configurable": {"thread_id": "p"}}, context=Context(device="cuda", seeds=1))
+bad = [m for m in ('torch', 'triton') if m in sys.modules]
+print('LEAK' if bad else 'CLEAN', bad)
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "CLEAN" in r.stdout, r.stdout + r.stderr[-2000:]

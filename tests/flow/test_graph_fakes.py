@@ -275,3 +275,56 @@ def test_run_budget_stops_before_a_candidate_that_would_end_after_it(monkeypatch
     # without a budget the refinement runs
     out, code, tb, _, _ = run(script, seeds=1, stages=("algorithm",))
     assert any("refine" in s for _, s in tb.calls) and not out.get("halt")
+
+
+class _SizedToolbox(FakeToolbox):
+    """Describes the task at the sizes the worker would: the task's overrides, then ragged."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.described: list[TaskSpec] = []
+
+    def describe(self, task, *, shrink):
+        from tools.errors import BadTaskError
+        from tools.sizes import second_shape_options
+
+        self.described.append(task)
+        if task.size_overrides.get("N") == 13:
+            raise BadTaskError("Model.forward failed on get_inputs(): RuntimeError: 13 does not divide")
+        desc = super().describe(task, shrink=shrink)
+        sizes = {"N": 8, **task.size_overrides}
+        shapes = "as-written"
+        if task.shapes == "ragged":
+            sizes, shapes = second_shape_options(sizes)[0], "ragged"
+        return desc.model_copy(update={"sizes_used": sizes, "shapes": shapes})
+
+
+def _prepare_only(task: TaskSpec):
+    tb = _SizedToolbox()
+    code = ScriptedCode(SCRIPT)
+    deps = Deps(toolbox=tb, model_factory=lambda s, t: scripted_models(code))
+    g = build_graph(deps).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "s"}}
+    g.invoke({"task": task}, cfg, context=Context(stages=("algorithm",)))
+    return g.get_state(cfg).values, tb
+
+
+def test_user_sizes_and_ragged_shapes_become_the_runs_overrides():
+    out, tb = _prepare_only(TASK.model_copy(update={"size_overrides": {"N": 12}}))
+    assert tb.described[0].size_overrides == {"N": 12}  # the worker starts from the user's sizes
+    assert out["task"].size_overrides == {"N": 12} and out["desc"].sizes_used == {"N": 12}
+    assert out["status"] == "verified"
+    out, tb = _prepare_only(TASK.model_copy(update={"size_overrides": {"N": 12}, "shapes": "ragged"}))
+    assert tb.described[0].shapes == "ragged"
+    # N=12 -> 12 - 3 - 1 = 8, a power of two -> 7: the sizes every later job runs at
+    assert out["task"].size_overrides == {"N": 7} and out["desc"].shapes == "ragged"
+    from graph.report import build_report
+
+    rep = build_report(out, thread_id="s")
+    assert rep["shapes"] == rep["shapes_requested"] == "ragged" and rep["sizes_used"] == {"N": 7}
+
+
+def test_sizes_the_task_fails_at_are_bad_input_naming_them():
+    out, _ = _prepare_only(TASK.model_copy(update={"size_overrides": {"N": 13}}))
+    assert out["status"] == "bad_input"
+    assert "13 does not divide" in out["failure"] and "(with sizes N=13)" in out["failure"]

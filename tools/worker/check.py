@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from tools.sizes import second_shape_options
 from tools.worker import channel
 from tools.worker.common import (
     DELEGABLE,
@@ -463,21 +464,6 @@ class Checker:
                 f"delegating {', '.join(delegated)} to PyTorch leaves nothing for Triton"
             )
         return reasons, delegated
-
-
-def second_shape_options(sizes: dict[str, int]) -> list[dict[str, int]]:
-    """Size constants changed to smaller non-power-of-two values, all at once first, then one at a
-    time (largest first); the check takes the first set the task runs with."""
-    cands = sorted((k for k, v in sizes.items() if v >= 8), key=lambda k: -sizes[k])
-
-    def alt(v: int) -> int:
-        n = v - v // 4 - 1
-        if n & (n - 1) == 0:
-            n -= 1
-        return max(n, 3)
-
-    options = [{k: alt(sizes[k]) for k in cands}] + [{k: alt(sizes[k])} for k in cands]
-    return [{**sizes, **ov} for ov in options if ov]
 
 
 def static_rejection(job, t0: float) -> dict[str, Any] | None:

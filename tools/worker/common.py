@@ -20,6 +20,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tools.sizes import int_constants
+from tools.sizes import size_spans as _size_spans
+
 _counter = [0]
 
 
@@ -46,63 +49,6 @@ class CandidateLoadError(Exception):
         super().__init__(msg)
         self.line = line
         self.kind = kind
-
-
-def _int_literal(v: ast.AST) -> int | None:
-    """The value of an int literal or of arithmetic on int literals (`16384 * 4`, `2 ** 10`)."""
-    if isinstance(v, ast.Constant) and type(v.value) is int:
-        return v.value
-    if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)):
-        a, b = _int_literal(v.left), _int_literal(v.right)
-        if a is None or b is None or (isinstance(v.op, ast.Pow) and not 0 <= b <= 64):
-            return None
-        if isinstance(v.op, ast.FloorDiv) and b == 0:
-            return None
-        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
-        if type(v.op) in ops:
-            return ops[type(v.op)]
-        return a // b if isinstance(v.op, ast.FloorDiv) else a**b
-    return None
-
-
-def _size_spans(source: str) -> dict[str, tuple[int, ast.AST]]:
-    """name -> (value, expression node) of every module-level size constant: `NAME = <int>`
-    (a literal or arithmetic on literals, `M = 16384 * 4`), each name of an unpacked tuple of
-    them (`depth, height, width = 16, 32, 32`), and each int element of a list or tuple
-    constant, named `NAME[i]` (`layer_sizes = [16384, 16384]`, `input_shape = (32768,)`;
-    `[1024] * 16` has one)."""
-    out: dict[str, tuple[int, ast.AST]] = {}
-    for node in ast.parse(source).body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-            continue
-        target, v = node.targets[0], node.value
-        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(v, (ast.Tuple, ast.List)):
-            if len(target.elts) == len(v.elts) and all(isinstance(t, ast.Name) for t in target.elts):
-                for t, e in zip(target.elts, v.elts, strict=True):
-                    val = _int_literal(e)
-                    if val is not None:
-                        out[t.id] = (val, e)  # type: ignore[attr-defined]
-            continue
-        if not isinstance(target, ast.Name):
-            continue
-        name = target.id
-        if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mult) and isinstance(v.left, ast.List):
-            v = v.left  # [1024] * 16: the repeated element is the size
-        if isinstance(v, (ast.List, ast.Tuple)):
-            elems = [(i, _int_literal(e), e) for i, e in enumerate(v.elts)]
-            if elems and all(val is not None for _, val, _ in elems):
-                for i, val, e in elems:
-                    out[f"{name}[{i}]"] = (int(val), e)  # type: ignore[arg-type]
-            continue
-        val = _int_literal(v)
-        if val is not None:
-            out[name] = (val, v)
-    return out
-
-
-def int_constants(source: str) -> dict[str, int]:
-    """The task's size constants (see _size_spans): name -> value."""
-    return {k: v for k, (v, _) in _size_spans(source).items()}
 
 
 def float_constants(source: str) -> dict[str, float]:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tools.sizes import second_shape_options
 from tools.worker.common import (
     BadTask,
     InfraFault,
@@ -87,17 +88,47 @@ def _elements(inputs: list[Any], outputs: list[Any], model: Any) -> int:
     return n
 
 
-def _runs(task_source: str, sizes: dict[str, int]) -> bool:
-    """The task builds and runs its forward on the CPU with these sizes."""
+def _runs(task_source: str, sizes: dict[str, int], device: str = "cpu") -> bool:
+    """The task builds and runs its forward on `device` with these sizes. On a GPU, running out
+    of memory is the machine's fault (InfraFault, retried), not a sign the sizes do not work."""
     try:
         t = load_task(task_source, sizes)
         torch.manual_seed(0)
-        model = t.module.Model(*t.init_args())
+        with torch.device(device):
+            model = t.module.Model(*t.init_args()).to(device)
+            inputs = to_device(t.inputs(0, device), device)
         with torch.no_grad():
-            model(*t.module.get_inputs())
+            model(*inputs)
         return True
-    except Exception:
+    except Exception as e:
+        if device == "cuda" and is_oom(e):
+            raise InfraFault("oom", f"trying ragged sizes ran out of GPU memory: {one_line(e)}") from None
         return False
+    finally:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def ragged_sizes(
+    task_source: str, overrides: dict[str, int], device: str = "cpu"
+) -> tuple[dict[str, int], str | None]:
+    """`--shapes ragged`: the first set of the ragged rule (tools/sizes.py second_shape_options,
+    the checker's second-shape rule) applied to the sizes as they stand (the file's, the user's
+    overrides, the CPU shrinking) with which the task builds, draws its inputs and runs its
+    forward on `device`. Returns (overrides, note); when no set runs, the sizes as they stood and
+    a note saying so."""
+    consts = int_constants(task_source)
+    sizes = {**consts, **overrides}
+    options = second_shape_options(sizes)
+    if not options:
+        return dict(overrides), "ragged: no int size constant >= 8 to change; the task ran as written"
+    for option in options:
+        if _runs(task_source, option, device):
+            return {k: v for k, v in option.items() if k in overrides or v != consts[k]}, None
+    return (
+        dict(overrides),
+        f"ragged: the task runs with none of the {len(options)} ragged size set(s); it ran as written",
+    )
 
 
 def choose_sizes(task_source: str, overrides: dict[str, int], budget: int = SHRINK_BUDGET) -> dict[str, int]:
@@ -335,6 +366,11 @@ def run_describe(job) -> dict[str, Any]:
         overrides = choose_sizes(
             job.task_source, overrides, int(job.options.get("shrink_budget", SHRINK_BUDGET))
         )
+    shapes, shapes_note = "as-written", None
+    if job.options.get("shapes") == "ragged":
+        ragged, shapes_note = ragged_sizes(job.task_source, overrides, device)
+        if shapes_note is None:
+            overrides, shapes = ragged, "ragged"
     t = load_task(job.task_source, overrides)
     try:
         init = t.init_args()
@@ -396,6 +432,8 @@ def run_describe(job) -> dict[str, Any]:
         "params": params,
         "constants": constants,
         "sizes_used": sizes_used,
+        "shapes": shapes,
+        "shapes_note": shapes_note,
         "op_graph": op_graph,
         "capture_error": capture_error,
         "module_ints": module_ints(model),
