@@ -12,10 +12,11 @@ the same work. Results rows hold the same keys summed per task (evals/phases.py)
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
+
+from evals.phases import _KV_RE
 
 KEYS = (
     "wall_s",
@@ -37,7 +38,6 @@ KEYS = (
     "cuda_init",
     "startup_and_exit",
 )
-_KV = re.compile(r"([\w.]+)=(\S+)")
 
 
 def jobs(run: Path) -> list[dict[str, float]]:
@@ -46,7 +46,7 @@ def jobs(run: Path) -> list[dict[str, float]]:
         for line in log.read_text(errors="replace").splitlines():
             if "tool.evaluate" not in line:
                 continue
-            kv = dict(_KV.findall(line))
+            kv = {k: v.strip("'\"") for k, v in _KV_RE.findall(line)}
             row = {}
             for k in KEYS:
                 try:

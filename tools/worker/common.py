@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from tools.sizes import int_constants
 from tools.sizes import size_spans as _size_spans
@@ -373,26 +374,19 @@ def launch_log(record_args: bool = False):
         _ACTIVE.remove(log)
 
 
-class _NoGpuWork:
+class _NoGpuWork(TorchDispatchMode):
     """A dispatch mode under which any PyTorch op on a CUDA tensor, or one that would create
     one, raises: what runs under it does no work on the GPU."""
 
-    def __new__(cls):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                dev = kwargs.get("device")
-                if dev is not None and torch.device(dev).type == "cuda":
-                    raise GpuWorkRefused(f"{func} would create a CUDA tensor")
-                for a in tree_leaves((args, kwargs)):
-                    if isinstance(a, torch.Tensor) and a.device.type == "cuda":
-                        raise GpuWorkRefused(f"{func} on a CUDA tensor")
-                return func(*args, **kwargs)
-
-        return Mode()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        dev = kwargs.get("device")
+        if dev is not None and torch.device(dev).type == "cuda":
+            raise GpuWorkRefused(f"{func} would create a CUDA tensor")
+        for a in tree_leaves((args, kwargs)):
+            if isinstance(a, torch.Tensor) and a.device.type == "cuda":
+                raise GpuWorkRefused(f"{func} on a CUDA tensor")
+        return func(*args, **kwargs)
 
 
 class GpuWorkRefused(RuntimeError):

@@ -144,7 +144,7 @@ class Runner:
             with compile_only() as state, torch.no_grad(), torch.device("meta"):
                 init = task.init_args()
                 model = self.mod.ModelNew(*copy.deepcopy(init)).eval()
-                inputs = listed_inputs(task)
+                inputs = task.inputs(0, "meta")
                 try:
                     model(*inputs)
                 finally:
@@ -294,12 +294,6 @@ class Runner:
     def _inputs(self, seed: int, transform: str | None) -> list[Any]:
         xs = to_device(self.task.inputs(seed, self.device), self.device)
         return scaled(xs) if transform == "scaled" else xs
-
-
-def listed_inputs(task: Any) -> list[Any]:
-    """get_inputs() as the current default device makes them (meta under op_precompile)."""
-    xs = task.module.get_inputs()
-    return list(xs) if isinstance(xs, (list, tuple)) else [xs]
 
 
 def serve(requests: int, replies: int, slab: int, device: str, applied: dict[str, Any]) -> None:

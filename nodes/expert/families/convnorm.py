@@ -39,7 +39,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from ..kernelfiles import kernel_source
-from .libconv import LIB_OPS, TAIL_HELPERS, library_call, split_call, tile_leaf_loads
+from .libconv import LIB_OPS, TAIL_HELPERS, library_call, split_call, tail_leaf_launch, tile_leaf_loads
 from .library import CL_FIRST_NUMEL
 
 NORM_OPS = {"group_norm", "instance_norm"}
@@ -363,13 +363,8 @@ def _launcher(plan: CnPlan, params: dict[str, Any]) -> str:
         "    if out.numel() == 0:",
         "        return out",
     ]
-    args = []
-    for t in leaves:
-        L.append(f"    {t}_e, {t}_m, {t}_sn, {t}_sc, {t}_sp = _tail_leaf({t}, t.shape)")
-        args += [f"{t}_e", f"{t}_sn", f"{t}_sc", f"{t}_sp"]
-    args += [f"float({x})" for x in scal]
-    leaf_args = "".join(f", {a}" for a in args)
-    leaf_modes = "".join(f", l_{t[2:]}_MODE={t}_m" for t in leaves)
+    lines, leaf_args, leaf_modes = tail_leaf_launch(leaves, scal)
+    L += lines
     L += [
         "    cl = t_sc == 1 and C > 1",
         # statistics tiles: coalesced along whichever stride is 1

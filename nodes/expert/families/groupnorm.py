@@ -140,8 +140,27 @@ def space(plan: GnPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
     return {"tiling": {"BLOCK_N": [4096, 1024]}, "memory": {"num_warps": [4, 16]}}.get(stage, {})
 
 
-def _kernel(plan: GnPlan) -> str:
+def _write_loop(lo: str, hi: str, plan: GnPlan) -> list[str]:
+    """Kernel lines writing row elements [lo, hi) normalised (mean, rstd), with the per-channel
+    affine and the epilogue: the last pass of both algorithms."""
     epi, last = plan.epilogue.body({plan.node: "y"}, var_prefix="e_")
+    return [
+        f"for start in range({lo}, {hi}, BLOCK_N):",
+        "    cols = start + cols0",
+        f"    mask = cols < {hi}",
+        "    x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)",
+        "    y = (x - mean) * rstd",
+        "    if HAS_W:",
+        "        ch = g * CPG + cols // HW",
+        "        w = tl.load(w_ptr + ch, mask=mask, other=1.0).to(tl.float32)",
+        "        b = tl.load(b_ptr + ch, mask=mask, other=0.0).to(tl.float32)",
+        "        y = y * w + b",
+        *["    " + x for x in epi],
+        f"    tl.store(out_ptr + base + cols, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+
+
+def _kernel(plan: GnPlan) -> str:
     L = [
         "row = tl.program_id(0).to(tl.int64)",
         "g = row % G",
@@ -161,18 +180,7 @@ def _kernel(plan: GnPlan) -> str:
         "    d = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32) - mean",
         "    acc2 += tl.where(mask, d * d, 0.0)",
         "rstd = 1.0 / tl.sqrt(tl.sum(acc2, 0) / R + eps)",
-        "for start in range(0, R, BLOCK_N):",
-        "    cols = start + cols0",
-        "    mask = cols < R",
-        "    x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)",
-        "    y = (x - mean) * rstd",
-        "    if HAS_W:",
-        "        ch = g * CPG + cols // HW",
-        "        w = tl.load(w_ptr + ch, mask=mask, other=1.0).to(tl.float32)",
-        "        b = tl.load(b_ptr + ch, mask=mask, other=0.0).to(tl.float32)",
-        "        y = y * w + b",
-        *["    " + x for x in epi],
-        f"    tl.store(out_ptr + base + cols, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=mask)",
+        *_write_loop("0", "R", plan),
     ]
     sig = "x_ptr, w_ptr, b_ptr, out_ptr, G, CPG, HW, eps, HAS_W: tl.constexpr, BLOCK_N: tl.constexpr"
     return "@triton.jit\ndef gn_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
@@ -209,7 +217,6 @@ def launch_group_norm(x, groups, eps, w, b, block_n, warps):
 
 
 def _split_kernels(plan: GnPlan) -> str:
-    epi, last = plan.epilogue.body({plan.node: "y"}, var_prefix="e_")
     head = [
         "row = tl.program_id(0).to(tl.int64)",
         "sid = tl.program_id(1)",
@@ -242,18 +249,7 @@ def _split_kernels(plan: GnPlan) -> str:
         "s2 = tl.sum(tl.load(ws_ptr + (ROWS + row) * NSPLIT + kk, mask=kmask, other=0.0), 0) / R",
         "mean = shift + s1",
         "rstd = 1.0 / tl.sqrt(tl.maximum(s2 - s1 * s1, 0.0) + eps)",
-        "for start in range(lo, hi, BLOCK_N):",
-        "    cols = start + cols0",
-        "    mask = cols < hi",
-        "    x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)",
-        "    y = (x - mean) * rstd",
-        "    if HAS_W:",
-        "        ch = g * CPG + cols // HW",
-        "        w = tl.load(w_ptr + ch, mask=mask, other=1.0).to(tl.float32)",
-        "        b = tl.load(b_ptr + ch, mask=mask, other=0.0).to(tl.float32)",
-        "        y = y * w + b",
-        *["    " + x for x in epi],
-        f"    tl.store(out_ptr + base + cols, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=mask)",
+        *_write_loop("lo", "hi", plan),
     ]
     ssig = "x_ptr, ws_ptr, R, ROWS, CH, NSPLIT, BLOCK_N: tl.constexpr"
     asig = (

@@ -371,6 +371,17 @@ def _tail_kernel(plan: ConvPlan) -> str:
     return "@triton.jit\ndef conv_tail_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
+def tail_leaf_launch(leaves: list[str], scal: list[str]) -> tuple[list[str], str, str]:
+    """Launcher lines reading each tail leaf's broadcast mode and strides (`_tail_leaf`), and the
+    kernel call's extra arguments: (lines, ", <positional args>", ", <MODE keywords>")."""
+    L, args = [], []
+    for t in leaves:
+        L.append(f"    {t}_e, {t}_m, {t}_sn, {t}_sc, {t}_sp = _tail_leaf({t}, t.shape)")
+        args += [f"{t}_e", f"{t}_sn", f"{t}_sc", f"{t}_sp"]
+    args += [f"float({x})" for x in scal]
+    return L, "".join(f", {a}" for a in args), "".join(f", l_{t[2:]}_MODE={t}_m" for t in leaves)
+
+
 def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any]) -> str:
     cl = bool(params.get("CHANNELS_LAST")) and plan.call_cl is not None
     split = plan.split_cl if cl else plan.split
@@ -392,11 +403,8 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
         "    if out.numel() == 0:",
         "        return out.squeeze(0) if unbatched else out",
     ]
-    args = []
-    for t in leaves:
-        L.append(f"    {t}_e, {t}_m, {t}_sn, {t}_sc, {t}_sp = _tail_leaf({t}, t.shape)")
-        args += [f"{t}_e", f"{t}_sn", f"{t}_sc", f"{t}_sp"]
-    args += [f"float({x})" for x in scal]
+    lines, leaf_args, leaf_modes = tail_leaf_launch(leaves, scal)
+    L += lines
     L += [
         *(
             [
@@ -417,9 +425,9 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
         ),
         "    grid = (triton.cdiv(P, bp), triton.cdiv(C, bc), N)",
         "    conv_tail_kernel[grid](t, t if cb is None else cb, out, C, P, t_sn, t_sc, t_sp"
-        + "".join(f", {a}" for a in args)
+        + leaf_args
         + ", BP=bp, BC=bc, HAS_CB=cb is not None"
-        + "".join(f", l_{t[2:]}_MODE={t}_m" for t in leaves)
+        + leaf_modes
         + f", num_warps={warps})",
         "    return out.squeeze(0) if unbatched else out",
     ]

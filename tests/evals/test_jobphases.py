@@ -1,0 +1,43 @@
+"""evals.h200.jobphases: per-job medians and sums of the tool.evaluate lines of runs, side by side."""
+
+import json
+
+from evals.h200 import jobphases
+
+
+def _run(tmp_path, name, walls, row_wall):
+    d = tmp_path / name
+    (d / "tasks" / "t1").mkdir(parents=True)
+    lines = [
+        f"12:00:0{i} [info   ] tool.evaluate task=t1 wall_s={w} lock_waits={w / 2} check=1.5"
+        for i, w in enumerate(walls)
+    ]
+    (d / "tasks" / "t1" / "optimize.log").write_text(
+        "\n".join(["12:00:00 [info   ] prepare task=t1", *lines]) + "\n"
+    )
+    row = {
+        "name": "t1",
+        "wall_s": row_wall,
+        "stages": [{"attempts": 2}, {"attempts": 3}],
+        "speedup_vs_eager": 1.5,
+    }
+    (d / "results.jsonl").write_text(json.dumps(row) + "\n")
+    return d
+
+
+def test_medians_sums_and_shared_tasks(tmp_path, capsys):
+    a = _run(tmp_path, "a", [10.0, 30.0, 20.0], 100.0)
+    b = _run(tmp_path, "b", [4.0, 6.0], 50.0)
+    assert [j["wall_s"] for j in jobphases.jobs(a)] == [10.0, 30.0, 20.0]
+    assert jobphases.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    wall = next(line for line in out.splitlines() if line.startswith("wall_s"))
+    assert wall.split()[1:] == ["20.00", "60", "5.00", "10"]
+    lock = next(line for line in out.splitlines() if line.startswith("lock_waits"))
+    assert lock.split()[1:] == ["10.00", "30", "2.50", "5"]
+    assert "tasks in every run: 1" in out and "[2, 3]" in out
+    assert f"median wall of these tasks in {b}: 50.0 s" in out
+
+
+def test_no_runs_prints_usage():
+    assert jobphases.main([]) == 2
