@@ -53,6 +53,17 @@ _KILL_GRACE_S = 5.0
 _POLL_S = 0.1
 # Config keys that must match on --resume: mixing rows of different models or policies in
 # one report would make every metric meaningless.
+# what a results row keeps of each stage decision
+STAGE_FIELDS = (
+    "stage",
+    "outcome",
+    "changed",
+    "speedup_entry",
+    "speedup_exit",
+    "attempts",
+    "verified_attempts",
+    "screened_attempts",
+)
 _RESUME_KEYS = ("model", "policy", "stages", "device", "extra_args", "shapes")
 # What a manifest without the key (written before it existed) ran with.
 _RESUME_DEFAULTS: dict[str, Any] = {"shapes": "as-written"}
@@ -364,10 +375,7 @@ def build_row(
     stages = []
     for s in rep.get("stages") or []:
         if isinstance(s, dict):
-            stages.append({
-                k: s.get(k)
-                for k in ("stage", "outcome", "changed", "speedup_entry", "speedup_exit", "attempts", "verified_attempts")
-            })  # fmt: skip
+            stages.append({k: s.get(k) for k in STAGE_FIELDS})
     compiled: bool | None = rep.get("compiled") if isinstance(rep.get("compiled"), bool) else None
     if compiled is None and (verified or any((s.get("verified_attempts") or 0) > 0 for s in stages)):
         compiled = True  # a verified candidate necessarily compiled

@@ -306,6 +306,10 @@ class Attempt(Record):
     profile: ProfileReport | None = None
     advice: ProfilerAdvice | None = None
     diagnosis: Diagnosis | None = None
+    # Why it was not checked: timed first against the incumbent (a tuning or refinement step on a
+    # GPU) and not faster beyond noise, so never a contender (tools/worker/evaluate.py). Not a
+    # failure: nothing for the debugger, and never a result.
+    screened: str | None = None
     # wall seconds of its tool jobs (compile, check, time or evaluate): what the next one may cost
     seconds: float = 0.0
 
@@ -320,6 +324,8 @@ class Attempt(Record):
         if not self.compile.ok:
             return f"compile_error:{self.compile.error_kind}"
         if self.check is None:
+            if self.screened and self.timing is not None and self.timing.candidate_ms is not None:
+                return f"screened:{self.timing.candidate_ms:.4f}ms"
             return "compiled"
         if not self.check.accepted:
             return f"rejected:{self.check.first_rule}"
@@ -348,6 +354,8 @@ class StageDecision(Record):
     speedup_exit: float | None = None
     attempts: int = 0
     verified_attempts: int = 0
+    # timed before their check and not faster than the incumbent, so never checked
+    screened_attempts: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -181,7 +181,16 @@ def decide_stage(spec: StageSpec, state: StageState, settings: Context) -> tuple
     best: BestKernel | None = state.get("stage_best") or entry
     attempts: list[Attempt] = state.get("attempts") or []
     verified = [a for a in attempts if a.verified]
-    common = {"stage": spec.name, "attempts": len(attempts), "verified_attempts": len(verified)}
+    screened = [a for a in attempts if a.screened]
+    common = {
+        "stage": spec.name,
+        "attempts": len(attempts),
+        "verified_attempts": len(verified),
+        "screened_attempts": len(screened),
+    }
+    tally = f"{len(verified)}/{len(attempts)} verified" + (
+        f", {len(screened)} timed and screened out unchecked" if screened else ""
+    )
     if spec.name not in settings.stages:
         return StageDecision(
             outcome="skipped", changed="nothing", why="not among the requested stages", **common
@@ -228,7 +237,7 @@ def decide_stage(spec: StageSpec, state: StageState, settings: Context) -> tuple
         decision = StageDecision(
             outcome="improved",
             changed=_param_diff(entry.candidate.params, best.candidate.params),
-            why=f"median {_ms(entry)} -> {_ms(best)} (noise {best.timing.noise or 0:.1%}), {len(verified)}/{len(attempts)} variants verified",
+            why=f"median {_ms(entry)} -> {_ms(best)} (noise {best.timing.noise or 0:.1%}), variants: {tally}",
             best_candidate_id=best.candidate.id,
             speedup_entry=_speedup(entry),
             speedup_exit=_speedup(best),
@@ -239,14 +248,14 @@ def decide_stage(spec: StageSpec, state: StageState, settings: Context) -> tuple
     if settings.device != "cuda":
         why = f"timing needs a CUDA GPU: {len(verified)}/{len(attempts)} variants verified on CPU, none adopted without a measurement"
     elif attempts:
-        timed = [a for a in verified if a.timing and a.timing.measured]
+        timed = [a for a in verified + screened if a.timing and a.timing.measured]
         fastest = min((a.timing.candidate_ms for a in timed), default=None)
         why = (
             f"no variant beat the incumbent ({_ms(entry)}) by more than noise; fastest variant "
             f"{fastest:.4f} ms"
             if fastest is not None
             else "no variant verified"
-        ) + f"; {len(verified)}/{len(attempts)} verified"
+        ) + f"; {tally}"
     elif spec.kind == "tune" and not_worth_tuning(entry):
         why = f"not tuned: {not_worth_tuning(entry)}"
     else:

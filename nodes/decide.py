@@ -44,7 +44,11 @@ def make_decide_node(spec: StageSpec):
         iteration = state.get("iteration", 0) + 1
         update: StageUpdate = {"attempts": [att], "iteration": iteration}
         verdict = "failed"
-        if att.verified:
+        if att.screened:
+            # timed first and not faster than the incumbent: not a failure, nothing to repair
+            update["fixes"] = 0
+            verdict = f"screened out: {att.screened}"
+        elif att.verified:
             update["fixes"] = 0
             inc = incumbent(state)
             if inc is None:

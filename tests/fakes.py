@@ -34,6 +34,7 @@ class FakeToolbox:
         self.device = device
         self.eager_ms = eager_ms
         self.calls: list[tuple[str, str]] = []
+        self.screens: list[float | None] = []  # the incumbent medians `evaluate` screened against
         self._lock = threading.Lock()
 
     def _log(self, kind: str, source: str) -> None:
@@ -88,18 +89,38 @@ class FakeToolbox:
             noise=0.005,
         )
 
-    def evaluate(self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: Any = None):
+    def evaluate(
+        self,
+        task: TaskSpec,
+        source: str,
+        *,
+        policy: str = "mixed",
+        tolerance: Any = None,
+        screen: TimingReport | None = None,
+    ):
         """The GPU path's one job, as the real toolbox composes it: compile, check if it compiled,
-        time if it was verified (each logged as its own call, so tests see what ran)."""
+        time if it was verified (each logged as its own call, so tests see what ran). With
+        `screen` (the incumbent's timing) it times first and checks only a contender, by the
+        worker's own rule (tools/worker/evaluate.py screened_out)."""
+        from graph.reducers import MIN_NOISE
         from tools.toolbox import Evaluation
+        from tools.worker.evaluate import screened_out
 
         comp = self.compile(task, source)
         if not comp.ok:
             return Evaluation(comp)
+        timed = None
+        if screen is not None and self.device == "cuda":
+            self.screens.append(screen.candidate_ms)
+            timed = self.time(task, source)
+            bar = {"incumbent_ms": screen.candidate_ms, "noise": max(screen.noise or 0.0, MIN_NOISE)}
+            why = screened_out(timed.model_dump(), bar)
+            if why is not None:
+                return Evaluation(comp, None, timed, why)
         check = self.check(task, source, policy=policy, tolerance=tolerance)
         if not check.accepted:
             return Evaluation(comp, check)
-        return Evaluation(comp, check, self.time(task, source))
+        return Evaluation(comp, check, timed or self.time(task, source))
 
     def time(self, task: TaskSpec, source: str, **kw: Any) -> TimingReport:
         self._log("time", source)

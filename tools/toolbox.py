@@ -27,7 +27,7 @@ from graph.records import (
     TaskSpec,
     TimingReport,
 )
-from graph.reducers import beats  # noqa: F401  (re-exported: the one acceptance rule)
+from graph.reducers import MIN_NOISE, beats  # noqa: F401  (beats re-exported: the one acceptance rule)
 from tools.errors import BadTaskError, ToolInfraError
 from tools.protocol import Job, JobResult
 from tools.sandbox import run_job
@@ -57,6 +57,8 @@ class Evaluation:
     compile: CompileReport
     check: CheckReport | None = None
     timing: TimingReport | None = None
+    # set when the candidate was timed first and, not beating the incumbent, never checked
+    screened: str | None = None
 
     @property
     def verified(self) -> bool:
@@ -160,11 +162,26 @@ class Toolbox:
         return self._compile_report(res)
 
     def evaluate(
-        self, task: TaskSpec, source: str, *, policy: str = "mixed", tolerance: float | None = None
+        self,
+        task: TaskSpec,
+        source: str,
+        *,
+        policy: str = "mixed",
+        tolerance: float | None = None,
+        screen: TimingReport | None = None,
     ) -> Evaluation:
         """Compile, check and (on a GPU, when verified) time a candidate in one `evaluate` job: one
-        judge process, one runner, the task loaded once. On CPU nothing is timed."""
+        judge process, one runner, the task loaded once. On CPU nothing is timed.
+
+        `screen`: the incumbent's timing. On a GPU the candidate is then timed before its check and
+        checked only when it beats the incumbent beyond noise (tools/worker/evaluate.py); one that
+        does not comes back `screened`, unchecked."""
         opts: dict[str, Any] = {} if tolerance is None else {"tolerance": float(tolerance)}
+        if screen is not None and screen.measured and screen.candidate_ms and task.device == "cuda":
+            opts["screen"] = {
+                "incumbent_ms": float(screen.candidate_ms),
+                "noise": max(float(screen.noise or 0.0), MIN_NOISE),
+            }
         res = self._run(self._job("evaluate", task, candidate_source=source, policy=policy, options=opts))
         if not res.ok:
             return Evaluation(self._compile_report(res))
@@ -194,7 +211,8 @@ class Toolbox:
             if "time" in parts
             else None
         )
-        return Evaluation(comp, check, timing)
+        screened = parts.get("screened")
+        return Evaluation(comp, check, timing, screened if isinstance(screened, str) else None)
 
     def _compile_report(self, res: JobResult) -> CompileReport:
         if not res.ok:

@@ -91,7 +91,16 @@ def main(argv: list[str]) -> int:
             cells = []
             for r in results:
                 x = r[n]
-                att = [s.get("attempts") for s in x.get("stages") or []]
+                # attempts per stage, "+N" where N more were timed and screened out unchecked
+                att = (
+                    "["
+                    + ", ".join(
+                        f"{(s.get('attempts') or 0) - (s.get('screened_attempts') or 0)}"
+                        + (f"+{s['screened_attempts']}" if s.get("screened_attempts") else "")
+                        for s in x.get("stages") or []
+                    )
+                    + "]"
+                )
                 sc = x.get("speedup_vs_compile")
                 cells.append(
                     f"{x.get('wall_s') or 0:6.0f} {att} {x.get('speedup_vs_eager') or 0:.2f}/{sc or 0:.2f}"

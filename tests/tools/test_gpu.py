@@ -205,3 +205,25 @@ def test_an_autotuned_kernel_runs_natively_and_the_tiling_stage_times_each_confi
     assert len(pinned) == 3, [s.count("triton.Config(") for s in timed]  # each config timed alone
     tiling = next(d for d in out["decisions"] if d.stage == "tiling")
     print("tiling:", tiling.outcome, tiling.changed, "final", out["final"].candidate_ms, "ms")
+
+
+@needs_cuda
+def test_screening_times_first_and_checks_only_a_contender() -> None:
+    """With an incumbent to beat, the evaluate job times first: a candidate that cannot beat it
+    comes back screened and unchecked; a contender is checked, and its timing is kept only when
+    the check accepts it."""
+    from graph.records import TimingReport
+
+    task = _task("relu", {"BATCH": 4096, "DIM": 4096})
+    good = (CORPUS / "good" / "relu_good.py").read_text()
+    fast_bar = TimingReport(measured=True, candidate_ms=1e-6, noise=0.01)
+    slow_bar = TimingReport(measured=True, candidate_ms=1e6, noise=0.01)
+    ev = TB.evaluate(task, good, screen=fast_bar)
+    assert ev.screened and ev.screened.startswith("not checked") and ev.check is None
+    assert ev.timing is not None and ev.timing.measured and not ev.verified
+    ev = TB.evaluate(task, good, screen=slow_bar)
+    assert ev.screened is None and ev.verified and ev.timing is not None and ev.timing.measured
+    cheat = (CORPUS / "cheats" / "instance_cache.py").read_text()
+    ev = TB.evaluate(task, cheat, screen=slow_bar)
+    assert ev.screened is None and ev.check is not None and not ev.check.accepted
+    assert ev.timing is None  # a rejected contender's timing is dropped with its verdict

@@ -6,6 +6,12 @@ CUDA and keeps it for all three steps: one candidate import, one CUDA context an
 compilation of the candidate's kernels on the runner's side. Static rules run first: a rejected
 candidate never runs.
 
+Screening (a tuning or refinement step, where an incumbent exists): with `screen` in the job's
+options the order is compile, time, then check only when the timing beats the incumbent beyond
+noise. A candidate that could not be adopted anyway skips its check, the most expensive step, and
+comes back `screened`: not verified, not a failure, never a result. A contender's timing is kept
+only when its check then accepts it; the verdict is the judge's either way.
+
 GPU sharing: the job holds its memory shares (tools/worker/gpumem.py) throughout; compile and
 check take the per-GPU lock shared around each step that runs on the GPU, and the timing holds
 it exclusively (tools/worker/gpulock.py).
@@ -35,6 +41,39 @@ from tools.worker.gpumem import (
 from tools.worker.laps import Laps
 
 
+def screened_out(timed: dict[str, Any], bar: dict[str, Any]) -> str | None:
+    """Why a candidate timed before its check is no contender, or None when it must be checked.
+
+    `bar` is the incumbent's median and noise (`incumbent_ms`, `noise`, the latter already at
+    least graph.reducers.MIN_NOISE). The rule is graph.reducers.beats: a candidate that does not
+    beat the incumbent beyond the larger noise could not be adopted even if verified, so its check
+    is skipped. A timing that was refused or failed screens nothing: the check runs and decides.
+    """
+    ms = timed.get("candidate_ms")
+    if not timed.get("measured") or not isinstance(ms, (int, float)) or ms <= 0:
+        return None
+    inc = float(bar["incumbent_ms"])
+    noise = max(float(timed.get("noise") or 0.0), float(bar.get("noise") or 0.0))
+    if ms * (1.0 + noise) < inc:
+        return None
+    return (
+        f"not checked: median {ms:.4f} ms does not beat the incumbent's {inc:.4f} ms by more than "
+        f"the noise ({noise:.1%})"
+    )
+
+
+def _timed(job, runner, lap, sub, out: dict[str, Any]) -> dict[str, Any]:
+    """The candidate's timing under the exclusive lock, recorded as the job's `time` step."""
+    from tools.worker.timing import run_time
+
+    with gpu_lock(exclusive=True):
+        lap("wait_exclusive")
+        out["time"] = run_time(job, benchmark=False, runner=runner)
+        lap("time")
+        sub("time")
+    return out["time"]
+
+
 def run_evaluate(job) -> dict[str, Any]:
     lap = Laps()
     import torch
@@ -43,7 +82,6 @@ def run_evaluate(job) -> dict[str, Any]:
     from tools.worker.check import run_check, static_rejection
     from tools.worker.compile_job import run_compile, syntax_failure
     from tools.worker.judge import RunnerProcess
-    from tools.worker.timing import run_time
 
     phases = lap.phases
     lap("imports")
@@ -88,18 +126,28 @@ def run_evaluate(job) -> dict[str, Any]:
             sub("compile")
             if not out["compile"].get("ok"):
                 return out
+            bar = job.options.get("screen") if cuda else None
+            timed: dict[str, Any] | None = None
+            if bar:
+                # Screening: time first, and check only a contender (see `screened_out`).
+                timed = _timed(job, runner, lap, sub, out)
+                why = screened_out(timed, bar)
+                if why is not None:
+                    out["screened"] = why
+                    return out
+                out.pop("time")
+                torch.cuda.empty_cache()
             out["check"] = run_check(job, runner)
             lap("check")
             sub("check")
             if not out["check"].get("accepted") or not cuda:
                 return out
+            if timed is not None and timed.get("measured"):
+                out["time"] = timed  # the contender's timing, taken before its check
+                return out
             # Give the check's cached blocks back before waiting: the timer may need them.
             torch.cuda.empty_cache()
-            with gpu_lock(exclusive=True):
-                lap("wait_exclusive")
-                out["time"] = run_time(job, benchmark=False, runner=runner)
-                lap("time")
-                sub("time")
+            _timed(job, runner, lap, sub, out)
         return out
     finally:
         # every wait of the process: memory shares and the lock, shared and exclusive
