@@ -118,6 +118,8 @@ class TaskDescription(Record):
     check_peak_bytes: float | None = None
     # On a GPU: that estimate as shares of the GPU's memory (tools/worker/gpumem.py).
     check_memory_units: int | None = None
+    # Shares for a screened job before its check: compile and timing only (gpumem.estimate_timing_bytes).
+    screen_memory_units: int | None = None
 
     def size_overrides(self) -> dict[str, int]:
         """The int sizes this description ran with that differ from the file's: the overrides

@@ -149,6 +149,8 @@ class Toolbox:
             known: dict[str, float | int] = {"peak_bytes": desc.check_peak_bytes}
             if desc.check_memory_units is not None:
                 known["memory_units"] = desc.check_memory_units
+            if desc.screen_memory_units is not None:
+                known["screen_units"] = desc.screen_memory_units
             # keyed by the sizes the run goes on with (ragged shapes change them here)
             ran = task.model_copy(update={"size_overrides": desc.size_overrides()})
             with self._lock:
@@ -188,12 +190,14 @@ class Toolbox:
         parts = dict(res.payload)
         phases = dict(parts.pop("phases", {}) or {})
         gpu = dict(parts.pop("gpu", {}) or {})
-        if isinstance(gpu.get("measured_units"), int):
-            # Admission by what the task's jobs really used (with a margin), once one has run: the
-            # shape estimate is deliberately pessimistic. A later job that needs more runs out of
-            # memory and is retried with the whole GPU (see _run), never blamed.
-            with self._lock:
-                self._peak.setdefault(self._task_key(task), {})["memory_units"] = gpu["measured_units"]
+        # Admission by what the task's jobs really used (with a margin), once one has run: the
+        # shape estimates are deliberately pessimistic. A later job that needs more runs out of
+        # memory and is retried with the whole GPU (see _run), never blamed. A job that ran a
+        # check measures the check's shares; a screened one, only what screening needs.
+        for measured, key in (("measured_units", "memory_units"), ("measured_screen_units", "screen_units")):
+            if isinstance(gpu.get(measured), int):
+                with self._lock:
+                    self._peak.setdefault(self._task_key(task), {})[key] = gpu[measured]
         # Process start, interpreter and result hand-back: what the worker itself did not time
         # (its top-level phases; "step.sub" entries are parts of their step).
         phases["startup_and_exit"] = round(res.seconds - sum(v for k, v in phases.items() if "." not in k), 3)

@@ -35,6 +35,11 @@ KEYS = (
     "wait_exclusive",
     "wait_memory",
     "time",
+    "time.setup",
+    "time.first_call",
+    "time.wait_exclusive",
+    "time.bench_candidate",
+    "time.wall_check",
     "cuda_init",
     "startup_and_exit",
 )

@@ -50,6 +50,21 @@ def _task(name: str, overrides: dict[str, int] | None = None) -> TaskSpec:
     )
 
 
+def _corpus_job(kind: str, task: str, options: dict):
+    """A `kind` job of the corpus task `task` and its good candidate, run as the toolbox would."""
+    return run_job(
+        Job(
+            kind=kind,
+            task_path="",
+            task_source=(CORPUS / "tasks" / f"{task}.py").read_text(),
+            device="cuda",
+            candidate_source=(CORPUS / "good" / f"{task}_good.py").read_text(),
+            options=options,
+        ),
+        timeout_s=300,
+    )
+
+
 @pytest.fixture(scope="module")
 def reports():
     with ThreadPoolExecutor(4) as ex:
@@ -227,3 +242,31 @@ def test_screening_times_first_and_checks_only_a_contender() -> None:
     ev = TB.evaluate(task, cheat, screen=slow_bar)
     assert ev.screened is None and ev.check is not None and not ev.check.accepted
     assert ev.timing is None  # a rejected contender's timing is dropped with its verdict
+
+
+@needs_cuda
+def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_checks() -> None:
+    def job(bar_ms: float) -> dict:
+        options = {"screen": {"incumbent_ms": bar_ms, "noise": 0.01}, "memory_units": 3, "screen_units": 1}
+        res = _corpus_job("evaluate", "relu", options)
+        assert res.ok, res.error
+        return res.payload
+
+    screened = job(1e-6)
+    assert screened["screened"] and "check" not in screened
+    assert screened["gpu"]["memory_units"] == 1 and "measured_units" not in screened["gpu"]
+    assert screened["gpu"]["measured_screen_units"] >= 1
+    contender = job(1e6)
+    assert contender["check"]["accepted"] and contender["time"]["measured"]
+    assert contender["gpu"]["memory_units"] == 3 and contender["gpu"]["measured_units"] >= 1
+    # the timed section alone held the lock exclusively
+    assert contender["phases"]["time.setup"] >= 0 and "time.wait_exclusive" in contender["phases"]
+
+
+@needs_cuda
+def test_the_final_benchmark_compiles_torch_compile_outside_the_gpu_lock(tmp_path) -> None:
+    # nothing cached: torch.compile is compiled and timed in this job
+    res = _corpus_job("benchmark", "softmax", {"cudagraph": True, "baseline_cache": str(tmp_path)})
+    assert res.ok and res.payload["measured"], res.payload
+    assert res.payload["compile_ms"] and res.payload["baseline"] == "measured"
+    assert res.payload["compile_warmup_lock"] == "autotuning exclusive, compile unlocked"

@@ -59,7 +59,8 @@ def test_peak_estimate_follows_shapes_without_allocating():
 def test_units_are_clamped_to_the_slots():
     total = 141 * GIB
     assert gpumem.units_for(1, total) == 1
-    assert gpumem.units_for(10 * GIB, total) == 2
+    # 64 shares of (141 - 16) / 64 = 1.95 GiB each
+    assert gpumem.units_for(10 * GIB, total) == 6
     assert gpumem.units_for(10**15, total) == gpumem.SLOTS
 
 
@@ -135,3 +136,13 @@ def test_toolbox_passes_the_describe_estimate_to_gpu_jobs_only():
     assert "peak_bytes" not in tb._job("check", cpu).options
     other = gpu.model_copy(update={"size_overrides": {"N": 8}})  # other sizes: another estimate
     assert "peak_bytes" not in tb._job("evaluate", other).options
+
+
+def test_a_screened_jobs_estimate_is_the_timing_not_the_check():
+    one = 1024 * 2048 * 4
+    timing = gpumem.estimate_timing_bytes(_task(ELEMENTWISE))
+    assert timing == gpumem.TIMING_COPIES * one + gpumem.TIMING_OUTPUT_COPIES * one + gpumem.FLUSH_BYTES
+    big = _task(ELEMENTWISE)
+    big.module.N, big.module.M = 1 << 20, 1 << 14  # 64 GiB of input: shapes only, nothing allocated
+    # under half the check's: no float64 reference, no pristine copies
+    assert 2 * gpumem.estimate_timing_bytes(big) < gpumem.estimate_peak_bytes(big)

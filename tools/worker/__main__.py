@@ -135,7 +135,8 @@ def _dispatch_job(job) -> dict:
             if job.kind in ("time", "benchmark"):
                 from tools.worker.timing import run_time
 
-                # Shared lock for the set-up (incl. torch.compile's warm-up), exclusive to time.
+                # Shared lock for the set-up, exclusive to time; torch.compile's warm-up holds
+                # it only where Inductor benchmarks configs (timing.compile_warmup_lock).
                 return run_time(job, benchmark=job.kind == "benchmark", runner=runner, staged_lock=True)
             if job.kind in ("compile", "check"):
                 return _dispatch_unlocked(job, runner)  # these take the shared lock around each GPU step

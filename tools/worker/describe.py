@@ -358,7 +358,13 @@ def module_ints(model: Any) -> dict[str, int]:
 
 
 def run_describe(job) -> dict[str, Any]:
-    from tools.worker.gpumem import estimate_peak_bytes, total_bytes, units_for
+    from tools.worker.gpumem import (
+        CONTEXT_BYTES,
+        estimate_peak_bytes,
+        estimate_timing_bytes,
+        total_bytes,
+        units_for,
+    )
 
     device = job.device
     overrides = dict(job.size_overrides)
@@ -443,6 +449,11 @@ def run_describe(job) -> dict[str, Any]:
         "device": device,
         "check_peak_bytes": float(peak),
         "check_memory_units": units_for(peak, total_bytes()) if device == "cuda" else None,
+        "screen_memory_units": (
+            units_for(int(estimate_timing_bytes(t) * 1.25) + CONTEXT_BYTES, total_bytes())
+            if device == "cuda"
+            else None
+        ),
         "total_elements": int(
             sum(numel_of(i["shape"]) for i in infos if "shape" in i) + sum(o.numel() for o in outputs)
         ),

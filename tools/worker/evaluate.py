@@ -12,9 +12,11 @@ noise. A candidate that could not be adopted anyway skips its check, the most ex
 comes back `screened`: not verified, not a failure, never a result. A contender's timing is kept
 only when its check then accepts it; the verdict is the judge's either way.
 
-GPU sharing: the job holds its memory shares (tools/worker/gpumem.py) throughout; compile and
+GPU sharing: the job holds memory shares (tools/worker/gpumem.py) throughout; compile and
 check take the per-GPU lock shared around each step that runs on the GPU, and the timing holds
-it exclusively (tools/worker/gpulock.py).
+it exclusively for its timed section only (tools/worker/gpulock.py). A screened job holds the
+shares its compile and timing need (`screen_units`); a contender gives them back and queues for
+the check's before it is checked.
 
 `phases` in the payload says where the job's seconds went (imports, CUDA start-up, each step and
 its own steps as "step.sub", the waits for memory and for the exclusive lock), and `gpu` holds
@@ -28,7 +30,6 @@ import contextlib
 from typing import Any
 
 from tools.worker import gpulock
-from tools.worker.gpulock import gpu_lock
 from tools.worker.gpumem import (
     CONTEXT_BYTES,
     gpu_memory,
@@ -63,15 +64,26 @@ def screened_out(timed: dict[str, Any], bar: dict[str, Any]) -> str | None:
 
 
 def _timed(job, runner, lap, sub, out: dict[str, Any]) -> dict[str, Any]:
-    """The candidate's timing under the exclusive lock, recorded as the job's `time` step."""
+    """The candidate's timing, recorded as the job's `time` step. The set-up (the task's
+    reference, the candidate's first call, the roofline counts) holds the GPU lock shared and only
+    the timed section holds it exclusively (timing.run_time staged_lock), so other jobs' GPU work
+    waits only for what must run alone."""
     from tools.worker.timing import run_time
 
-    with gpu_lock(exclusive=True):
-        lap("wait_exclusive")
-        out["time"] = run_time(job, benchmark=False, runner=runner)
-        lap("time")
-        sub("time")
+    out["time"] = run_time(job, benchmark=False, runner=runner, staged_lock=True)
+    lap("time")
+    sub("time")
     return out["time"]
+
+
+def _screen_units(job) -> int | None:
+    """Memory shares for a screened job before its check (the describe job's estimate, or what
+    an earlier screened job of the task measured), None when not known."""
+    v = job.options.get("screen_units")
+    try:
+        return max(1, int(v)) if v is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def run_evaluate(job) -> dict[str, Any]:
@@ -81,7 +93,7 @@ def run_evaluate(job) -> dict[str, Any]:
 
     from tools.worker.check import run_check, static_rejection
     from tools.worker.compile_job import run_compile, syntax_failure
-    from tools.worker.judge import RunnerProcess
+    from tools.worker.judge import RunnerFailure, RunnerProcess
 
     phases = lap.phases
     lap("imports")
@@ -101,14 +113,19 @@ def run_evaluate(job) -> dict[str, Any]:
         for k, v in (out[step].get("phases") or {}).items():
             phases[f"{step}.{k}"] = v
 
+    bar = job.options.get("screen") if cuda else None
+    screen_units = _screen_units(job) if bar else None
     try:
         with contextlib.ExitStack() as held:
             held.callback(runner.close)
+            mem = contextlib.ExitStack()  # the memory shares: swapped once for a contender
+            held.callback(mem.close)
             units = known_units(job) if cuda else None
             if units is not None:
                 # Queue for the task's memory before creating a CUDA context, so workers that
-                # wait hold no GPU memory at all.
-                held.enter_context(gpu_memory(units))
+                # wait hold no GPU memory at all. A screened job first needs only what its
+                # compile and timing use.
+                mem.enter_context(gpu_memory(min(units, screen_units or units)))
                 lap("wait_memory")
             if cuda:
                 share_cpu_threads()
@@ -118,24 +135,34 @@ def run_evaluate(job) -> dict[str, Any]:
                 if units is None:
                     units = job_units(job)
                     lap("estimate_memory")
-                    held.enter_context(gpu_memory(units))
+                    mem.enter_context(gpu_memory(min(units, screen_units or units)))
                     lap("wait_memory")
-                gpu["memory_units"] = units
+                gpu["memory_units"] = min(units, screen_units or units)
             out["compile"] = run_compile(job, runner)
             lap("compile")
             sub("compile")
             if not out["compile"].get("ok"):
                 return out
-            bar = job.options.get("screen") if cuda else None
             timed: dict[str, Any] | None = None
             if bar:
                 # Screening: time first, and check only a contender (see `screened_out`).
                 timed = _timed(job, runner, lap, sub, out)
+                gpu["screen_peak_bytes"] = torch.cuda.max_memory_allocated() + runner.peak_bytes
                 why = screened_out(timed, bar)
                 if why is not None:
                     out["screened"] = why
                     return out
                 out.pop("time")
+                if screen_units is not None and screen_units < units:
+                    # The check needs the task's full shares: give back what this job holds (its
+                    # cached blocks, then its shares; no lock is held here) and queue for them.
+                    with contextlib.suppress(RunnerFailure):  # a dead runner: the check says so
+                        runner.request("release")
+                    torch.cuda.empty_cache()
+                    mem.close()
+                    mem.enter_context(gpu_memory(units))
+                    gpu["memory_units"] = units
+                    lap("wait_memory")
                 torch.cuda.empty_cache()
             out["check"] = run_check(job, runner)
             lap("check")
@@ -157,6 +184,11 @@ def run_evaluate(job) -> dict[str, Any]:
             # of the task are admitted by the measured figure (tools/toolbox.py).
             peak = torch.cuda.max_memory_allocated() + runner.peak_bytes
             gpu["peak_gib"] = round(peak / 2**30, 3)
-            gpu["measured_units"] = units_for(int(peak * 1.25) + CONTEXT_BYTES, total_bytes())
+            if "check" in out:  # a job that never checked says nothing of the check's need
+                gpu["measured_units"] = units_for(int(peak * 1.25) + CONTEXT_BYTES, total_bytes())
+            if "screen_peak_bytes" in gpu:
+                gpu["measured_screen_units"] = units_for(
+                    int(gpu["screen_peak_bytes"] * 1.25) + CONTEXT_BYTES, total_bytes()
+                )
             if job.options.get("peak_bytes") is not None:
                 gpu["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)

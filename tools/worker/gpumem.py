@@ -24,7 +24,9 @@ from typing import Any
 
 from tools.worker.gpulock import LOCK_ENV, waiting
 
-SLOTS = 16
+# 64 shares of about 2 GiB on an H200: a job that needs a few GiB no longer holds a sixteenth of
+# the GPU (with 16 shares, 16 small jobs filled it while most of its memory stayed unused).
+SLOTS = 64
 # Two CUDA contexts per job (the judge's and the runner's) and the timer's L2-flush buffer.
 CONTEXT_BYTES = 2 * 1024**3
 # Memory kept outside the shares: one CUDA context per concurrent worker process, the L2-flush
@@ -76,6 +78,33 @@ def estimate_peak_bytes(task) -> int:
         except Exception:  # some ops have no meta kernel: assume outputs as large as the inputs
             out_b = in_b
     return INPUT_COPIES * in_b + PARAM_COPIES * p_b + OUTPUT_COPIES * out_b + compare_bytes(out_b)
+
+
+# Peak bytes per byte of input, parameters and output while timing: the judge's reference and the
+# runner's candidate each hold their own copy of the inputs and weights and make their outputs;
+# the outputs count twice for the intermediates a forward keeps alive.
+TIMING_COPIES = 2
+TIMING_OUTPUT_COPIES = 4
+FLUSH_BYTES = 256 * 1024**2  # triton.testing.do_bench's L2-flush buffer
+
+
+def estimate_timing_bytes(task) -> int:
+    """A screened job's peak before its check (compile and timing only), from shapes alone: far
+    below the check's (no float64 reference, no pristine copies). A contender queues for the
+    check's shares after its timing (tools/worker/evaluate.py)."""
+    import torch
+
+    with torch.device("meta"):
+        try:
+            inputs = list(task.module.get_inputs())
+            model = task.module.Model(*task.init_args())
+            p_b = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+            with torch.no_grad():
+                out_b = _nbytes(model(*inputs))
+        except Exception:
+            return estimate_peak_bytes(task)
+    in_b = _nbytes(inputs)
+    return TIMING_COPIES * (in_b + p_b) + TIMING_OUTPUT_COPIES * out_b + FLUSH_BYTES
 
 
 def units_for(peak_bytes: int, total: int) -> int:

@@ -175,6 +175,18 @@ class Runner:
                 return {"ok": True, "report": report}
         return {"ok": True, "report": _compile_specs(self.source, self.mod, self.specs, m)}
 
+    def op_release(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Drop the built model and its inputs and give the allocator's cached blocks back: the
+        judge is about to release its memory shares and queue for the check's (evaluate.py)."""
+        import gc
+
+        self.model, self.inputs = None, []
+        gc.collect()
+        if self.device == "cuda" and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+            return {"ok": True, "reserved_bytes": int(torch.cuda.memory_reserved())}
+        return {"ok": True}
+
     def op_build(self, m: dict[str, Any]) -> dict[str, Any]:
         task = self._task(m.get("overrides") or {})
         seed = int(m["weight_seed"])
