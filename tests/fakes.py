@@ -35,6 +35,7 @@ class FakeToolbox:
         self.eager_ms = eager_ms
         self.calls: list[tuple[str, str]] = []
         self.screens: list[float | None] = []  # the incumbent medians `evaluate` screened against
+        self.prefetched: list[TaskSpec] = []  # tasks whose baselines were prefetched
         self._lock = threading.Lock()
 
     def _log(self, kind: str, source: str) -> None:
@@ -125,6 +126,9 @@ class FakeToolbox:
     def time(self, task: TaskSpec, source: str, **kw: Any) -> TimingReport:
         self._log("time", source)
         return self._timing(source, False)
+
+    def prefetch_baselines(self, task: TaskSpec) -> None:
+        self.prefetched.append(task)
 
     def benchmark(self, task: TaskSpec, source: str) -> TimingReport:
         self._log("benchmark", source)

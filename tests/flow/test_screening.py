@@ -69,3 +69,11 @@ def test_a_screened_attempt_is_profiled_not_debugged_and_says_so():
     assert att.outcome == "screened:0.5000ms" and not att.verified
     state = {"current": att.model_copy(update={"screened": None})}  # type: ignore[typeddict-item]
     assert route_after_evaluate(state) == "debug"  # compiled but unchecked and not screened
+
+
+def test_a_gpu_run_prefetches_its_baselines_once_with_the_runs_sizes():
+    out, code, tb, _, _ = run()
+    assert [t.name for t in tb.prefetched] == ["t"]
+    assert tb.prefetched[0].device == "cuda"
+    out, code, tb, _, _ = run(device="cpu")
+    assert [t.device for t in tb.prefetched] == ["cpu"]  # the toolbox itself does nothing on CPU

@@ -270,3 +270,14 @@ def test_the_final_benchmark_compiles_torch_compile_outside_the_gpu_lock(tmp_pat
     assert res.ok and res.payload["measured"], res.payload
     assert res.payload["compile_ms"] and res.payload["baseline"] == "measured"
     assert res.payload["compile_warmup_lock"] == "autotuning exclusive, compile unlocked"
+
+
+@needs_cuda
+def test_prefetched_baselines_are_what_the_final_benchmark_reads(tmp_path) -> None:
+    tb = Toolbox(timeout_s=240, egg_home=str(tmp_path))
+    task = _task("softmax", {"BATCH": 4096, "DIM": 1024})
+    tb.describe(task, shrink=False)
+    tb.prefetch_baselines(task)
+    r = tb.benchmark(task, (CORPUS / "good" / "softmax_good.py").read_text())
+    assert r.measured and r.compile_ms and r.eager_ms
+    assert r.baseline and r.baseline.startswith("eager measured, torch.compile cached"), r.baseline

@@ -323,7 +323,9 @@ def test_gpu_oom_is_retried_with_the_whole_gpu_and_never_blamed(monkeypatch: pyt
     sent = _fake_runs(monkeypatch, [oom, accepted])
     r = Toolbox(timeout_s=60).check(task("relu", device="cuda"), "source")
     assert r.accepted
-    assert "memory_units" not in sent[0].options and sent[1].options["memory_units"] == 16
+    from tools.worker.gpumem import SLOTS
+
+    assert "memory_units" not in sent[0].options and sent[1].options["memory_units"] == SLOTS == 64
     # still out of memory with the whole GPU on the last try: then, and only then, the candidate
     # hears of it (the worker turns the last try's OOM into a rejection)
     sent = _fake_runs(
@@ -363,3 +365,68 @@ def test_nondeterministic_reference_is_bad_input(tmp_path: Path) -> None:
     t = TaskSpec(path=str(tmp_path / "r.py"), name="r", source=src)
     with pytest.raises(BadTaskError, match="nondeterministic"):
         TB.describe(t, shrink=True)
+
+
+def test_baselines_are_prefetched_in_the_background_and_the_benchmark_waits_for_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """prefetch_baselines times eager and torch.compile with no candidate while the stages run;
+    the final benchmark waits for it instead of compiling torch.compile a second time at once."""
+    import threading
+    import time as _time
+
+    import tools.toolbox as toolbox
+    from tools.protocol import JobResult
+
+    events: list[str] = []
+    release = threading.Event()
+
+    def fake(job, *, timeout_s, python=None):
+        if job.candidate_source is None:
+            events.append("prefetch start")
+            release.wait(5)
+            events.append("prefetch end")
+            return JobResult(kind=job.kind, ok=True, payload={"measured": True, "compile_ms": 0.5})
+        events.append(f"{job.kind} with candidate")
+        return JobResult(kind=job.kind, ok=True, payload={"measured": True, "candidate_ms": 0.4})
+
+    monkeypatch.setattr(toolbox, "run_job", fake)
+    tb = Toolbox(timeout_s=60)
+    t = task("relu", device="cuda")
+    tb.prefetch_baselines(t)
+    tb.prefetch_baselines(t)  # once per task
+    done: list = []
+    bench = threading.Thread(target=lambda: done.append(tb.benchmark(t, "source")))
+    bench.start()
+    _time.sleep(0.3)
+    assert events == ["prefetch start"] and not done  # the benchmark is waiting
+    release.set()
+    bench.join(5)
+    assert events == ["prefetch start", "prefetch end", "benchmark with candidate"]
+    assert done[0].measured and done[0].candidate_ms == 0.4
+    # on CPU nothing is prefetched
+    tb.prefetch_baselines(task("relu"))
+    assert events.count("prefetch start") == 1
+
+
+def test_a_failed_prefetch_leaves_the_benchmark_to_measure_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tools.toolbox as toolbox
+    from tools.protocol import JobResult
+
+    kinds: list[tuple[str, bool]] = []
+
+    def fake(job, *, timeout_s, python=None):
+        kinds.append((job.kind, job.candidate_source is None))
+        if job.candidate_source is None:
+            raise RuntimeError("worker pool gone")
+        return JobResult(kind=job.kind, ok=True, payload={"measured": True, "candidate_ms": 0.4})
+
+    monkeypatch.setattr(toolbox, "run_job", fake)
+    monkeypatch.setattr(toolbox.time, "sleep", lambda s: None)
+    tb = Toolbox(timeout_s=60)
+    t = task("relu", device="cuda")
+    tb.prefetch_baselines(t)
+    r = tb.benchmark(t, "source")
+    assert r.measured and ("benchmark", False) in kinds
