@@ -4,7 +4,8 @@ It pattern-matches the captured op graph into a family plan and generates Triton
 from per-family generators and tuning spaces kept as data (spaces.py). Families (families/):
 elementwise, softmax, gemm (+epilogue), reduction (+losses), rownorm (layer/RMS/instance/L1/L2
 norms), libconv (library conv + fused epilogue, mixed policy), scan, attention, batchnorm
-(training mode), xent (cross-entropy). Same request, same reply: replays rely on it.
+(training mode), xent (cross-entropy), rowchain (several row reductions / scans / norms over the
+last dim in one kernel, offered before the partition). Same request, same reply: replays rely on it.
 """
 
 from .code import ExpertCode, plan_for

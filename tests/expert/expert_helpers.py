@@ -69,3 +69,21 @@ def check_jobs(source: str, overrides: dict[str, int], replies: list[CodeReply],
         {"kind": "check", "task_source": source, "overrides": overrides, "candidate_source": r.source, **kw}
         for r in replies
     ]
+
+
+TASK_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+TASK_TAIL = "\n\ndef get_init_inputs():\n    return [{init}]\n"
+
+
+def task(init: str, body: str, forward: str, inputs: str, init_args: str = "") -> str:
+    """A KernelBench task source: Model(init) with `body` in __init__ and `forward` over x."""
+    return (
+        TASK_HEAD
+        + "class Model(nn.Module):\n"
+        + f"    def __init__(self{', ' + init if init else ''}):\n        super().__init__()\n"
+        + "".join(f"        {ln}\n" for ln in body.strip().splitlines() or ["pass"])
+        + "\n    def forward(self, x):\n"
+        + "".join(f"        {ln}\n" for ln in forward.strip().splitlines())
+        + f"\n\ndef get_inputs():\n    return [{inputs}]\n"
+        + TASK_TAIL.format(init=init_args)
+    )

@@ -6,30 +6,13 @@ candidates of a few compositions are checked under the interpreter."""
 from __future__ import annotations
 
 import pytest
-from expert_helpers import check_jobs, describe_many, request, run_jobs, stage
+from expert_helpers import check_jobs, describe_many, request, run_jobs, stage, task
 
 from graph.records import BestKernel, Candidate, CheckReport
 from nodes.expert import ExpertCode
 from nodes.expert.graphview import GraphView, Unsupported
 from nodes.expert.lowering import lower
 from nodes.expert.partition import partition, sub_view
-
-HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
-TAIL = "\n\ndef get_init_inputs():\n    return [{init}]\n"
-
-
-def task(init: str, body: str, forward: str, inputs: str, init_args: str = "") -> str:
-    return (
-        HEAD
-        + "class Model(nn.Module):\n"
-        + f"    def __init__(self{', ' + init if init else ''}):\n        super().__init__()\n"
-        + "".join(f"        {ln}\n" for ln in body.strip().splitlines() or ["pass"])
-        + "\n    def forward(self, x):\n"
-        + "".join(f"        {ln}\n" for ln in forward.strip().splitlines())
-        + f"\n\ndef get_inputs():\n    return [{inputs}]\n"
-        + TAIL.format(init=init_args)
-    )
-
 
 MLP = task(
     "d, h",

@@ -28,6 +28,7 @@ from . import (
     random,
     reduction,
     rnn,
+    rowchain,
     rowloss,
     rownorm,
     scan,
@@ -61,9 +62,10 @@ FAMILIES: list[tuple[str, ModuleType]] = [
     ("random", random),
 ]
 
-# Families that fuse groups the planner above keeps apart (a library conv with the norm after it):
+# Families that fuse groups the planner above keeps apart (a library conv with the norm after it;
+# a row chain of several row reductions / scans / norms, which no family above takes whole):
 # the lowering plans the graph a second time with them and offers those seeds before the others
 # (lowering.py), so the checker and timing choose between the fused and the separate groups.
-FUSED_FAMILIES: list[tuple[str, ModuleType]] = [("convnorm", convnorm), *FAMILIES]
-FUSED_NAMES = frozenset({"convnorm"})
-FUSED_ALGORITHMS = frozenset(convnorm.ALGORITHMS)
+FUSED_FAMILIES: list[tuple[str, ModuleType]] = [("convnorm", convnorm), ("rowchain", rowchain), *FAMILIES]
+FUSED_NAMES = frozenset({"convnorm", "rowchain"})
+FUSED_ALGORITHMS = frozenset(convnorm.ALGORITHMS) | frozenset(rowchain.ALGORITHMS)

@@ -13,6 +13,10 @@ tensors, and one-element tensors, classified at launch.
 The normalised dims may also sit in the middle (e.g. RMSNorm over channels of (N, C, H, W)): the
 tensor is viewed as (outer, R, inner) and a row is one (outer, inner) pair whose R elements lie
 `inner` apart. With inner == 1 (trailing dims) Triton specialises the stride away.
+
+The rowchain family reuses this DAG and these kernels with two additions: scan nodes (a cumsum
+along the row; the multi-pass kernel carries it from tile to tile) and a per-row output (the
+statistic stored once per row instead of a row-shaped tensor).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ _COMBINE = {"sum": "{a} + {b}", "amax": "tl.maximum({a}, {b})", "amin": "tl.mini
 @dataclass
 class DNode:
     name: str
-    kind: str  # "ew" | "red"
+    kind: str  # "ew" | "red" | "scan" (an inclusive cumsum along the row)
     deps: list[str]
     expr: Callable[[dict[str, str]], str] | None = None  # ew: env -> expression
     red: str = ""  # red: sum | amax | amin (mean = sum then an ew divide)
@@ -58,6 +62,9 @@ class RowPlan:
     x_leaf: Leaf  # a full-shape leaf that sizes the launch
     n_levels: int
     ops: list[str] = field(default_factory=list)
+    # "full": the output is row-shaped; "row": one value per row (a reduced statistic)
+    out_kind: str = "full"
+    out_shape: list[int] | None = None  # the output's captured shape (per-row outputs)
 
 
 def _reduced_dims(n: OpNode, rank: int) -> tuple[int, int]:
@@ -71,7 +78,10 @@ def _reduced_dims(n: OpNode, rank: int) -> tuple[int, int]:
     return len(ds), rank - 1 - ds[-1]
 
 
-class _Builder:
+class RowBuilder:
+    # Whether a reduction may drop its reduced dims (a per-row result the chain keeps per row).
+    flat_ok = False
+
     def __init__(self, view: GraphView):
         self.view = view
         self.nodes: list[DNode] = []
@@ -131,36 +141,48 @@ class _Builder:
         self.nodes[-1].welford = (src, s)
         return mu, ss
 
+    def plan(self, out: str, x_leaf: Leaf, ops: list[str], **kw: Any) -> RowPlan:
+        """The plan of the DAG built so far, with its reductions' dependency levels: a reduction
+        sits one level above the reductions it (transitively) reads."""
+        assert self.ndims is not None
+        level: dict[str, int] = {}
+        for dn in self.nodes:
+            lv = max((level.get(d, 0) for d in dn.deps), default=0)
+            dn.level = lv + 1 if dn.kind == "red" else lv
+            level[dn.name] = dn.level
+        return RowPlan(
+            nodes=self.nodes,
+            leaves=self.leaves,
+            scalars=self.scalars,
+            out=out,
+            ndims_reduced=self.ndims,
+            n_after=self.n_after,
+            x_leaf=x_leaf,
+            n_levels=max((d.level for d in self.nodes if d.kind == "red"), default=0),
+            ops=ops,
+            **kw,
+        )
 
-def match(view: GraphView) -> RowPlan | None:
-    nodes = view.compute_nodes()
-    special = {"layer_norm", "rms_norm", "var", "std", "instance_norm"}
-    has_red = any(n.op in RED_KINDS | special | {"norm"} for n in nodes)
-    if not has_red:
-        return None
-    out_node = view.nodes[view.output]
-    b = _Builder(view)
-    ops: list[str] = []
-    for n in nodes:
-        ops.append(n.op)
+    def add(self, n: OpNode) -> None:
+        """Add graph node `n` (elementwise, a reduction, or a norm) to the DAG."""
         if ewops.is_elementwise(n):
-            deps = [b.ref({"node": r}) for r in view.refs(n)]
+            deps = [self.ref({"node": r}) for r in self.view.refs(n)]
 
             def fn(e: dict[str, str], n: OpNode = n) -> str:
                 def val(a: Any) -> str:
                     if is_node(a):
-                        return e[view.resolve(a["node"])]
+                        return e[self.view.resolve(a["node"])]
                     return flit(a)
 
                 return ewops.emit(n, val)
 
-            b.ew(n.name, deps, fn)
-            continue
+            self.ew(n.name, deps, fn)
+            return
         src_ref = n.args[0] if n.args else n.kwargs.get("input")
         if not is_node(src_ref):
             raise Unsupported(f"{n.op} of a constant")
-        src = b.ref(src_ref)
-        src_rank = len(view.nodes[view.resolve(src_ref["node"])].shape or [])
+        src = self.ref(src_ref)
+        src_rank = len(self.view.nodes[self.view.resolve(src_ref["node"])].shape or [])
         if n.op in RED_KINDS | {"var", "std", "norm"}:
             if n.op == "norm":
                 p = arg_value(n, 1, "p", "fro")
@@ -178,43 +200,43 @@ def match(view: GraphView) -> RowPlan | None:
                 k, after = _reduced_dims(n, src_rank)
             # Reducing every dim gives a 0-d tensor, which broadcasts exactly like the keepdim
             # result (one row spanning the whole tensor); otherwise the dims would not line up.
-            if not keep and k != src_rank:
+            if not keep and k != src_rank and not self.flat_ok:
                 raise Unsupported(f"{n.op} without keepdim inside a row normalisation")
-            b.set_ndims(k, after)
+            self.set_ndims(k, after)
             if n.op in ("sum", "amax", "amin"):
-                b.red(n.name, src, n.op)
+                self.red(n.name, src, n.op)
             elif n.op == "mean":
-                b.mean(n.name, src)
+                self.mean(n.name, src)
             elif n.op == "norm":
-                sq = b.ew(b.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
-                ss = b.red(b.fresh("ss"), sq, "sum")
-                b.ew(n.name, [ss], lambda e, ss=ss: f"tl.sqrt({e[ss]})")
+                sq = self.ew(self.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
+                ss = self.red(self.fresh("ss"), sq, "sum")
+                self.ew(n.name, [ss], lambda e, ss=ss: f"tl.sqrt({e[ss]})")
             else:
                 corr = n.kwargs.get("correction")
                 if corr is None:
                     unbiased = n.kwargs.get("unbiased", True)
                     corr = 1 if unbiased else 0
-                _, ss = b.centered_sq(src)
+                _, ss = self.centered_sq(src)
                 if n.op == "var":
-                    b.ew(n.name, [ss], lambda e, ss=ss, c=corr: f"{e[ss]} / (R - {flit(c)})")
+                    self.ew(n.name, [ss], lambda e, ss=ss, c=corr: f"{e[ss]} / (R - {flit(c)})")
                 else:
-                    b.ew(n.name, [ss], lambda e, ss=ss, c=corr: f"tl.sqrt({e[ss]} / (R - {flit(c)}))")
-            continue
+                    self.ew(n.name, [ss], lambda e, ss=ss, c=corr: f"tl.sqrt({e[ss]} / (R - {flit(c)}))")
+            return
         if n.op in ("layer_norm", "rms_norm"):
             if n.kind == "call_module":
                 shape = n.module_attrs.get("normalized_shape")
                 eps = n.module_attrs.get("eps", 1e-5)
                 affine = n.module_attrs.get("elementwise_affine", True)
-                w = b.leaf(Leaf(f"{n.name}_w", f"self.{n.target}.weight", None)) if affine else None
+                w = self.leaf(Leaf(f"{n.name}_w", f"self.{n.target}.weight", None)) if affine else None
                 has_b = affine and n.op == "layer_norm" and n.module_attrs.get("bias", True)
-                bias = b.leaf(Leaf(f"{n.name}_b", f"self.{n.target}.bias", None)) if has_b else None
+                bias = self.leaf(Leaf(f"{n.name}_b", f"self.{n.target}.bias", None)) if has_b else None
             else:
                 shape = arg_value(n, 1, "normalized_shape")
                 wref = arg_value(n, 2, "weight")
-                w = b.ref(wref) if is_node(wref) else None
+                w = self.ref(wref) if is_node(wref) else None
                 if n.op == "layer_norm":
                     bref = arg_value(n, 3, "bias")
-                    bias = b.ref(bref) if is_node(bref) else None
+                    bias = self.ref(bref) if is_node(bref) else None
                     eps = arg_value(n, 4, "eps", 1e-5)
                 else:
                     bias = None
@@ -222,47 +244,61 @@ def match(view: GraphView) -> RowPlan | None:
             if eps is None:
                 eps = 1.1920928955078125e-07  # torch.finfo(float32).eps, RMSNorm's default
             k = len(shape) if isinstance(shape, list) else 1
-            b.set_ndims(k)
+            self.set_ndims(k)
             if n.op == "layer_norm":
-                mu, ss = b.centered_sq(src)
-                core = b.ew(
-                    b.fresh("ln"),
+                mu, ss = self.centered_sq(src)
+                core = self.ew(
+                    self.fresh("ln"),
                     [src, mu, ss],
                     lambda e, s=src, m=mu, q=ss, eps=eps: (
                         f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})"
                     ),
                 )
             else:
-                sq = b.ew(b.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
-                ms = b.mean(b.fresh("ms"), sq)
-                core = b.ew(
-                    b.fresh("rms"),
+                sq = self.ew(self.fresh("sq"), [src], lambda e, s=src: f"{e[s]} * {e[s]}")
+                ms = self.mean(self.fresh("ms"), sq)
+                core = self.ew(
+                    self.fresh("rms"),
                     [src, ms],
                     lambda e, s=src, m=ms, eps=eps: f"{e[s]} * tl.rsqrt({e[m]} + {flit(eps)})",
                 )
             if w is not None:
-                core = b.ew(b.fresh("wt"), [core, w], lambda e, c=core, w=w: f"{e[c]} * {e[w]}")
+                core = self.ew(self.fresh("wt"), [core, w], lambda e, c=core, w=w: f"{e[c]} * {e[w]}")
             if bias is not None:
-                core = b.ew(b.fresh("bs"), [core, bias], lambda e, c=core, bb=bias: f"{e[c]} + {e[bb]}")
-            b.ew(n.name, [core], lambda e, c=core: e[c])
-            continue
+                core = self.ew(self.fresh("bs"), [core, bias], lambda e, c=core, bb=bias: f"{e[c]} + {e[bb]}")
+            self.ew(n.name, [core], lambda e, c=core: e[c])
+            return
         if n.op == "instance_norm" and n.kind == "call_module":
             # per (sample, channel) over the spatial dims: a layer norm over the trailing rank-2 dims
             if n.module_attrs.get("affine") or n.module_attrs.get("track_running_stats"):
                 raise Unsupported("instance_norm with affine weights or running stats")
-            b.set_ndims(len(n.shape or []) - 2)
-            mu, ss = b.centered_sq(src)
+            self.set_ndims(len(n.shape or []) - 2)
+            mu, ss = self.centered_sq(src)
             eps = float(n.module_attrs.get("eps", 1e-5))
-            core = b.ew(
-                b.fresh("in"),
+            core = self.ew(
+                self.fresh("in"),
                 [src, mu, ss],
                 lambda e, s=src, m=mu, q=ss, eps=eps: (
                     f"({e[s]} - {e[m]}) * tl.rsqrt({e[q]} / R + {flit(eps)})"
                 ),
             )
-            b.ew(n.name, [core], lambda e, c=core: e[c])
-            continue
+            self.ew(n.name, [core], lambda e, c=core: e[c])
+            return
         raise Unsupported(f"{n.op} inside a row normalisation")
+
+
+def match(view: GraphView) -> RowPlan | None:
+    nodes = view.compute_nodes()
+    special = {"layer_norm", "rms_norm", "var", "std", "instance_norm"}
+    has_red = any(n.op in RED_KINDS | special | {"norm"} for n in nodes)
+    if not has_red:
+        return None
+    out_node = view.nodes[view.output]
+    b = RowBuilder(view)
+    ops: list[str] = []
+    for n in nodes:
+        ops.append(n.op)
+        b.add(n)
     out = view.output
     if out_node.shape is None or b.ndims is None:
         return None
@@ -270,23 +306,7 @@ def match(view: GraphView) -> RowPlan | None:
     full = [lf for lf in b.leaves if lf.shape == out_node.shape]
     if not full:
         raise Unsupported("row normalisation whose output is not input-shaped")
-    # dependency levels: a reduction sits one level above the reductions it (transitively) reads
-    level: dict[str, int] = {}
-    for dn in b.nodes:
-        lv = max((level.get(d, 0) for d in dn.deps), default=0)
-        dn.level = lv + 1 if dn.kind == "red" else lv
-        level[dn.name] = dn.level
-    return RowPlan(
-        nodes=b.nodes,
-        leaves=b.leaves,
-        scalars=b.scalars,
-        out=out,
-        ndims_reduced=b.ndims,
-        n_after=b.n_after,
-        x_leaf=full[0],
-        n_levels=max((d.level for d in b.nodes if d.kind == "red"), default=0),
-        ops=ops,
-    )
+    return b.plan(out, full[0], ops)
 
 
 SPLIT = "split-row"
@@ -370,7 +390,7 @@ def _loads(
 
 
 def _needed(plan: RowPlan, targets: list[str]) -> list[DNode]:
-    """ew nodes needed (transitively, stopping at reductions) to compute `targets`."""
+    """ew and scan nodes needed (transitively, stopping at reductions) to compute `targets`."""
     by = {d.name: d for d in plan.nodes}
     need: set[str] = set()
     stack = list(targets)
@@ -379,9 +399,40 @@ def _needed(plan: RowPlan, targets: list[str]) -> list[DNode]:
         if t in need or t not in by:
             continue
         need.add(t)
-        if by[t].kind == "ew":
+        if by[t].kind != "red":
             stack.extend(by[t].deps)
-    return [d for d in plan.nodes if d.name in need and d.kind == "ew"]
+    return [d for d in plan.nodes if d.name in need and d.kind != "red"]
+
+
+def _elem_lines(nodes: list[DNode], env: dict[str, str], mask: str, axis: int) -> list[str]:
+    """Statements computing ew / scan `nodes` on a tile; a scan adds the running carry
+    `c_<node>` of the tiles before it (a whole row has none: its carry is 0) and updates it."""
+    L = []
+    for d in nodes:
+        var = f"v_{d.name}"
+        if d.kind == "scan":
+            L += [
+                f"w_{d.name} = tl.where({mask}, {env[d.deps[0]]}, 0.0)",
+                f"{var} = tl.cumsum(w_{d.name}, {axis}) + c_{d.name}",
+                f"c_{d.name} += tl.sum(w_{d.name}, {axis})",
+            ]
+        else:
+            assert d.expr is not None
+            L.append(f"{var} = {d.expr(env)}")
+        env[d.name] = var
+    return L
+
+
+def _carries(nodes: list[DNode]) -> list[str]:
+    return [f"c_{d.name} = tl.zeros([], dtype=tl.float32)" for d in nodes if d.kind == "scan"]
+
+
+def _store(plan: RowPlan, val: str, row: str, mask: str | None) -> str:
+    """The output store: a row-shaped output at the tile's offsets, a per-row one at its row."""
+    if plan.out_kind == "row":
+        m = f", mask={mask}" if mask else ""
+        return f"tl.store(out_ptr + {row}, {val}.to(out_ptr.dtype.element_ty){m})"
+    return f"tl.store(out_ptr + base + cols * inner, {val}.to(out_ptr.dtype.element_ty), mask={mask})"
 
 
 def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
@@ -402,13 +453,13 @@ def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
         if d.kind == "ew":
             assert d.expr is not None
             L.append(f"{var} = {d.expr(env)}")
+        elif d.kind == "scan":
+            L.append(f"{var} = tl.cumsum(tl.where(mask, {env[d.deps[0]]}, 0.0), 1)")
         else:
             src = env[d.deps[0]]
             L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 1, keep_dims=True)")
         env[d.name] = var
-    L.append(
-        f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
-    )
+    L.append(_store(plan, env[plan.out], "row[:, None]", "rmask" if plan.out_kind == "row" else "mask"))
     return (
         "@triton.jit\ndef rn_whole_row_kernel("
         + sig
@@ -433,9 +484,9 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
         loads, env = _loads(plan, "cols", "mask")
         env.update(stats)
         body += loads
-        for d in _needed(plan, [r.deps[0] for r in reds]):
-            body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
-            env[d.name] = f"v_{d.name}"
+        needed = _needed(plan, [r.deps[0] for r in reds])
+        body += _elem_lines(needed, env, "mask", 0)
+        L += _carries(needed)
         for r in reds:
             comb = _COMBINE[r.red].format(
                 a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
@@ -447,18 +498,22 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
         for r in reds:
             L.append(f"s_{r.name} = {_RED_FN[r.red]}(acc_{r.name}, 0)")
             stats[r.name] = f"s_{r.name}"
-    body = ["cols = start + cols0", "mask = cols < R"]
-    loads, env = _loads(plan, "cols", "mask")
-    env.update(stats)
-    body += loads
-    for d in _needed(plan, [plan.out]):
-        body.append(f"v_{d.name} = {d.expr(env)}")  # type: ignore[misc]
-        env[d.name] = f"v_{d.name}"
-    body.append(
-        f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
-    )
-    L.append("for start in range(0, R, BLOCK_N):")
-    L += ["    " + x for x in body]
+    if plan.out_kind == "row":
+        # One value per row, from the statistics alone: no pass over the row to write.
+        env = dict(stats) | {lf.name: f"l_{lf.name}_val" for lf in plan.scalars}
+        L += _elem_lines(_needed(plan, [plan.out]), env, "True", 0)
+        L.append(_store(plan, env[plan.out], "row", None))
+    else:
+        body = ["cols = start + cols0", "mask = cols < R"]
+        loads, env = _loads(plan, "cols", "mask")
+        env.update(stats)
+        body += loads
+        needed = _needed(plan, [plan.out])
+        body += _elem_lines(needed, env, "mask", 0)
+        body.append(_store(plan, env[plan.out], "row", "mask"))
+        L += _carries(needed)
+        L.append("for start in range(0, R, BLOCK_N):")
+        L += ["    " + x for x in body]
     return (
         "@triton.jit\ndef rn_multi_pass_kernel("
         + sig
@@ -650,6 +705,15 @@ def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> 
     return kernels, L
 
 
+def _out_shape(plan: RowPlan) -> str:
+    """The launcher's expression of the output shape (from `shape`, `lo`, `hi`)."""
+    if plan.out_kind != "row":
+        return "shape"
+    # one value per row: the reduced dims dropped, or kept as 1 (the node's captured rank says)
+    kept = len(plan.out_shape or []) == len(plan.x_leaf.shape or [])
+    return "shape[:lo] + (1,) * (hi - lo) + shape[hi:]" if kept else "shape[:lo] + shape[hi:]"
+
+
 _MODE_HELPER = '''
 def _row_mode(t, shape, lo, hi):
     """0 = full, 1 = per-column (varies only over the normalised dims [lo, hi)), 2 = per-row
@@ -676,6 +740,15 @@ def _row_mode(t, shape, lo, hi):
 
 def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict[str, Any]) -> str:
     algo = params["algorithm"]
+    doc = f"EGG expert: rownorm family ({', '.join(sorted(set(plan.ops)))}), algorithm {algo}."
+    return emit(desc, plan, params, algo, doc)
+
+
+def emit(
+    desc: TaskDescription, plan: RowPlan, params: dict[str, Any], algo: str, doc: str, row_warps: int = 0
+) -> str:
+    """The candidate file of `plan` with algorithm `algo` (whole-row, multi-pass or split-row).
+    `row_warps` sets the whole-row kernel's warps (0: from the row length)."""
     warps = int(params["num_warps"])
     parts = [f"l_{lf.name}_ptr" for lf in plan.leaves] + ["out_ptr", "R", "inner"]
     parts += [f"l_{lf.name}_val" for lf in plan.scalars]
@@ -704,7 +777,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
         "    for s in shape[:lo]:",
         "        rows *= s",
         "    rows *= inner",
-        f"    out = torch.empty(shape, device={x}.device, dtype={x}.dtype)",
+        f"    out = torch.empty({_out_shape(plan)}, device={x}.device, dtype={x}.dtype)",
         "    if out.numel() == 0:",
         "        return out",
     ]
@@ -720,7 +793,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
         L += [
             "    block = triton.next_power_of_2(R)",
             f"    if block <= {WHOLE_ROW_MAX}:",
-            "        warps = 4 if block <= 1024 else (8 if block <= 4096 else 16)",
+            "        warps = "
+            + (str(row_warps) if row_warps else "4 if block <= 1024 else (8 if block <= 4096 else 16)"),
             # rows under 2048 elements share a program: about 2048 elements per tile
             "        nr = max(1, min(128, 2048 // block))",
             f"        rn_whole_row_kernel[(triton.cdiv(rows, nr),)]({args}, {kw}n_rows=rows, ROWS=nr, BLOCK_N=block, "
@@ -739,7 +813,6 @@ def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict
             "    return out",
         ]
     fwd_args = [lf.expr for lf in plan.leaves + plan.scalars]
-    doc = f"EGG expert: rownorm family ({', '.join(sorted(set(plan.ops)))}), algorithm {algo}."
     return assemble(
         desc,
         "\n\n".join(kernels),
