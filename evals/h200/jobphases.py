@@ -62,6 +62,31 @@ def jobs(run: Path) -> list[dict[str, float]]:
     return rows
 
 
+def _clock(line: str) -> int | None:
+    """Seconds since midnight of a log line's leading HH:MM:SS, or None."""
+    try:
+        h, m, sec = (int(x) for x in line[:8].split(":"))
+    except ValueError:
+        return None
+    return h * 3600 + m * 60 + sec
+
+
+def final_seconds(run: Path) -> dict[str, int]:
+    """Per task: seconds from its last stage decision to `finalize`, i.e. the final benchmark on
+    the task's critical path (torch.compile's compile included unless it was prefetched)."""
+    out = {}
+    for log in sorted(run.glob("tasks/*/optimize.log")):
+        last = end = None
+        for line in log.read_text(errors="replace").splitlines():
+            if "] stage.decision " in line:
+                last = _clock(line)
+            elif "] finalize " in line:
+                end = _clock(line)
+        if last is not None and end is not None:
+            out[log.parent.name] = (end - last) % 86400
+    return out
+
+
 def rows(run: Path) -> dict[str, dict]:
     path = run / "results.jsonl"
     if not path.exists():
@@ -114,6 +139,13 @@ def main(argv: list[str]) -> int:
         for r, run in zip(results, runs, strict=True):
             walls = [r[n].get("wall_s") or 0 for n in shared]
             print(f"  median wall of these tasks in {run}: {statistics.median(walls):.1f} s")
+    for run in runs:
+        fin = list(final_seconds(run).values())
+        if fin:
+            print(
+                f"final benchmark after the last stage, {run}: median {statistics.median(fin):.0f} s, "
+                f"sum {sum(fin)} s over {len(fin)} tasks"
+            )
     return 0
 
 

@@ -12,8 +12,9 @@ def _run(tmp_path, name, walls, row_wall):
         f"12:00:0{i} [info   ] tool.evaluate task=t1 wall_s={w} lock_waits={w / 2} check=1.5"
         for i, w in enumerate(walls)
     ]
+    tail = ["12:00:40 [info   ] stage.decision stage=memory", "12:01:05 [info   ] finalize status=verified"]
     (d / "tasks" / "t1" / "optimize.log").write_text(
-        "\n".join(["12:00:00 [info   ] prepare task=t1", *lines]) + "\n"
+        "\n".join(["12:00:00 [info   ] prepare task=t1", *lines, *tail]) + "\n"
     )
     row = {
         "name": "t1",
@@ -37,6 +38,9 @@ def test_medians_sums_and_shared_tasks(tmp_path, capsys):
     assert lock.split()[1:] == ["10.00", "30", "2.50", "5"]
     assert "tasks in every run: 1" in out and "[2, 3]" in out
     assert f"median wall of these tasks in {b}: 50.0 s" in out
+    # the final benchmark: from the last stage decision (12:00:40) to finalize (12:01:05)
+    assert jobphases.final_seconds(a) == {"t1": 25}
+    assert f"final benchmark after the last stage, {a}: median 25 s, sum 25 s over 1 tasks" in out
 
 
 def test_no_runs_prints_usage():
