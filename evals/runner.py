@@ -432,6 +432,7 @@ def build_row(
         # the host's time, not the kernels'
         "cudagraph_ms": _f(tm.get("cudagraph_ms")),
         "host_cpu_busy": _f(tm.get("host_cpu_busy")),
+        "baseline": tm.get("baseline") if isinstance(tm.get("baseline"), str) else None,
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,
         "speedup_vs_eager": s_eager,
         "speedup_vs_compile": s_comp,

@@ -26,6 +26,11 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
             "eager_ms": final.eager_ms,
             "compile_ms": final.compile_ms,
             "cudagraph_ms": final.cudagraph_ms,
+            # the host's load and the timing's priority while it was timed, and where the
+            # eager/torch.compile figures came from (measured here, or cached earlier in the run)
+            "host_cpu_busy": final.host_cpu_busy,
+            "host_priority": final.host_priority,
+            "baseline": final.baseline,
             "noise": final.noise,
             "timed_by": final.timed_by,
             "claimed_ms": final.claimed_ms,

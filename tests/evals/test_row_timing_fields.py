@@ -1,0 +1,50 @@
+"""The final timing's diagnostics reach the report and the results row: the host's load and
+priority while timed, and where the baselines came from (cached by the prefetch, or measured)."""
+
+import json
+from pathlib import Path
+
+from evals.runner import EvalConfig, build_row, task_dir
+from evals.tasks import TaskEntry
+from graph.records import TimingReport
+from graph.report import build_report
+
+
+def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: Path) -> None:
+    final = TimingReport(
+        measured=True,
+        candidate_ms=0.3,
+        eager_ms=0.6,
+        compile_ms=0.4,
+        cudagraph_ms=0.29,
+        host_cpu_busy=0.42,
+        host_priority="nice -10",
+        baseline="eager measured, torch.compile cached 2026-12-03T14:00:00",
+    )
+    rep = build_report({"status": "no_kernel", "final": final}, thread_id="t")
+    assert rep["timing"]["host_cpu_busy"] == 0.42 and rep["timing"]["host_priority"] == "nice -10"
+    assert rep["timing"]["baseline"].startswith("eager measured, torch.compile cached")
+
+    cfg = EvalConfig(
+        out=str(tmp_path),
+        device="cuda",
+        model="expert",
+        policy="mixed",
+        stages=None,
+        extra_args=[],
+        optimize_cmd=[],
+        backend="local",
+        eval_id="e",
+        task_timeout_s=60,
+    )
+    task = TaskEntry(
+        id="t", path=str(tmp_path / "t.py"), name="t", level="suite", family=None, kind=None, description=None
+    )
+    d = task_dir(cfg, task)
+    d.mkdir(parents=True)
+    (d / "report.json").write_text(
+        json.dumps({"verified": True, "status": "verified", "timing": rep["timing"]})
+    )
+    row = build_row(cfg, task, 0, exit_code=0, wall=10.0)
+    assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29
+    assert row["baseline"].startswith("eager measured, torch.compile cached")
