@@ -6,6 +6,7 @@ Nothing here imports torch: the expert runs in the agent process and only writes
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +177,11 @@ def arg_value(n: OpNode, pos: int, key: str, default: Any = None) -> Any:
     if key in n.module_attrs:
         return n.module_attrs[key]
     return default
+
+
+def numel(shape: list[int] | None) -> int:
+    """Elements of a captured shape (1 for a scalar's empty shape)."""
+    return math.prod(int(s) for s in shape or [])
 
 
 def is_node(x: Any) -> bool:

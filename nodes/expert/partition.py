@@ -27,7 +27,7 @@ from graph.records import OpNode
 from . import ewops
 from .families import FAMILIES
 from .families import library as libfam
-from .graphview import GraphView, Leaf, Unsupported, is_node
+from .graphview import GraphView, Leaf, Unsupported, is_node, numel
 from .hostops import is_host, is_scalar
 
 # A candidate group holds at most this many non-elementwise ops and nodes (bounds the search;
@@ -277,25 +277,18 @@ def partition(
     return _Planner(view, policy, families).run()
 
 
-def _numel(shape: list[int] | None) -> int:
-    n = 1
-    for s in shape or []:
-        n *= int(s)
-    return n
-
-
 def group_cost(view: GraphView, group: Group | None) -> float:
     """A rough cost of a group from shapes, in bytes-equivalent: memory traffic of its inputs and
     output, plus GEMM/conv flops at the H200's ~60 FLOP/byte balance. Orders tuning effort."""
     if group is None:
         return 0.0
     byte = 4.0
-    cost = byte * _numel(view.nodes[group.output].shape)
+    cost = byte * numel(view.nodes[group.output].shape)
     for r in group.inputs:
-        cost += byte * _numel(view.nodes[r].shape)
+        cost += byte * numel(view.nodes[r].shape)
     for name in group.nodes:
         n = view.nodes[name]
-        out = _numel(n.shape)
+        out = numel(n.shape)
         if n.op in ("linear", "matmul"):
             refs = view.refs(n)
             k = (view.nodes[refs[0]].shape or [1])[-1] if refs else 1
@@ -310,6 +303,6 @@ def group_cost(view: GraphView, group: Group | None) -> float:
                 taps *= int(k)
             if not cin and len(refs) > 1:
                 ws = view.nodes[refs[1]].shape or [1, 1]
-                cin, taps = int(ws[1]) * g, _numel(ws[2:])
+                cin, taps = int(ws[1]) * g, numel(ws[2:])
             cost += 2.0 * out * max(cin // max(g, 1), 1) * taps / 60.0
     return cost

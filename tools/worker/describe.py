@@ -359,11 +359,12 @@ def module_ints(model: Any) -> dict[str, int]:
 
 def run_describe(job) -> dict[str, Any]:
     from tools.worker.gpumem import (
-        CONTEXT_BYTES,
         estimate_peak_bytes,
         estimate_timing_bytes,
+        shape_bytes,
         total_bytes,
         units_for,
+        units_with_margin,
     )
 
     device = job.device
@@ -426,7 +427,8 @@ def run_describe(job) -> dict[str, Any]:
             op_graph, capture_error = capture(cap_model, inputs)
         except Exception as e:
             op_graph, capture_error = [], f"op graph capture failed: {one_line(e)}"
-    peak = estimate_peak_bytes(t)
+    sizes = shape_bytes(t)  # one meta forward for both estimates
+    peak = estimate_peak_bytes(t, sizes)
     constants: dict[str, Any] = {**int_constants(job.task_source), **float_constants(job.task_source)}
     sizes_used = {**int_constants(job.task_source), **overrides}
     return {
@@ -450,9 +452,7 @@ def run_describe(job) -> dict[str, Any]:
         "check_peak_bytes": float(peak),
         "check_memory_units": units_for(peak, total_bytes()) if device == "cuda" else None,
         "screen_memory_units": (
-            units_for(int(estimate_timing_bytes(t) * 1.25) + CONTEXT_BYTES, total_bytes())
-            if device == "cuda"
-            else None
+            units_with_margin(estimate_timing_bytes(t, sizes)) if device == "cuda" else None
         ),
         "total_elements": int(
             sum(numel_of(i["shape"]) for i in infos if "shape" in i) + sum(o.numel() for o in outputs)

@@ -30,15 +30,7 @@ import contextlib
 from typing import Any
 
 from tools.worker import gpulock
-from tools.worker.gpumem import (
-    CONTEXT_BYTES,
-    gpu_memory,
-    job_units,
-    known_units,
-    share_cpu_threads,
-    total_bytes,
-    units_for,
-)
+from tools.worker.gpumem import gpu_memory, job_units, known_units, share_cpu_threads, units_with_margin
 from tools.worker.laps import Laps
 
 
@@ -120,13 +112,18 @@ def run_evaluate(job) -> dict[str, Any]:
             held.callback(runner.close)
             mem = contextlib.ExitStack()  # the memory shares: swapped once for a contender
             held.callback(mem.close)
+
+            def admit(units: int, screening: bool = True) -> None:
+                # A screened job first needs only what its compile and timing use.
+                gpu["memory_units"] = min(units, screen_units) if screening and screen_units else units
+                mem.enter_context(gpu_memory(gpu["memory_units"]))
+                lap("wait_memory")
+
             units = known_units(job) if cuda else None
             if units is not None:
                 # Queue for the task's memory before creating a CUDA context, so workers that
-                # wait hold no GPU memory at all. A screened job first needs only what its
-                # compile and timing use.
-                mem.enter_context(gpu_memory(min(units, screen_units or units)))
-                lap("wait_memory")
+                # wait hold no GPU memory at all.
+                admit(units)
             if cuda:
                 share_cpu_threads()
                 torch.cuda.init()
@@ -135,9 +132,7 @@ def run_evaluate(job) -> dict[str, Any]:
                 if units is None:
                     units = job_units(job)
                     lap("estimate_memory")
-                    mem.enter_context(gpu_memory(min(units, screen_units or units)))
-                    lap("wait_memory")
-                gpu["memory_units"] = min(units, screen_units or units)
+                    admit(units)
             out["compile"] = run_compile(job, runner)
             lap("compile")
             sub("compile")
@@ -153,17 +148,14 @@ def run_evaluate(job) -> dict[str, Any]:
                     out["screened"] = why
                     return out
                 out.pop("time")
-                if screen_units is not None and screen_units < units:
-                    # The check needs the task's full shares: give back what this job holds (its
-                    # cached blocks, then its shares; no lock is held here) and queue for them.
+                torch.cuda.empty_cache()
+                if gpu["memory_units"] < units:
+                    # The check needs the task's full shares: give back what this job holds (the
+                    # runner's cached blocks, then the shares; no lock is held here) and queue.
                     with contextlib.suppress(RunnerFailure):  # a dead runner: the check says so
                         runner.request("release")
-                    torch.cuda.empty_cache()
                     mem.close()
-                    mem.enter_context(gpu_memory(units))
-                    gpu["memory_units"] = units
-                    lap("wait_memory")
-                torch.cuda.empty_cache()
+                    admit(units, screening=False)
             out["check"] = run_check(job, runner)
             lap("check")
             sub("check")
@@ -185,10 +177,8 @@ def run_evaluate(job) -> dict[str, Any]:
             peak = torch.cuda.max_memory_allocated() + runner.peak_bytes
             gpu["peak_gib"] = round(peak / 2**30, 3)
             if "check" in out:  # a job that never checked says nothing of the check's need
-                gpu["measured_units"] = units_for(int(peak * 1.25) + CONTEXT_BYTES, total_bytes())
+                gpu["measured_units"] = units_with_margin(peak)
             if "screen_peak_bytes" in gpu:
-                gpu["measured_screen_units"] = units_for(
-                    int(gpu["screen_peak_bytes"] * 1.25) + CONTEXT_BYTES, total_bytes()
-                )
+                gpu["measured_screen_units"] = units_with_margin(gpu["screen_peak_bytes"])
             if job.options.get("peak_bytes") is not None:
                 gpu["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)

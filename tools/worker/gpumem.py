@@ -57,26 +57,41 @@ def _nbytes(xs: Any) -> int:
     return 0
 
 
-def estimate_peak_bytes(task) -> int:
-    """The checker's peak GPU memory for this task, from shapes alone (meta tensors)."""
+def shape_bytes(task) -> tuple[int, int | None, int | None] | None:
+    """(inputs, parameters, outputs) bytes of the task from shapes alone (meta tensors: nothing
+    is allocated). None when get_inputs() fails; parameters None when the model cannot be built;
+    outputs None when a forward op has no meta kernel."""
     import torch
 
     with torch.device("meta"):
         try:
             inputs = list(task.module.get_inputs())
         except Exception:
-            return 0
+            return None
         in_b = _nbytes(inputs)
         try:
             model = task.module.Model(*task.init_args())
             p_b = sum(p.numel() * p.element_size() for p in model.state_dict().values())
         except Exception:
-            return INPUT_COPIES * in_b
+            return in_b, None, None
         try:
             with torch.no_grad():
-                out_b = _nbytes(model(*inputs))
-        except Exception:  # some ops have no meta kernel: assume outputs as large as the inputs
-            out_b = in_b
+                return in_b, p_b, _nbytes(model(*inputs))
+        except Exception:
+            return in_b, p_b, None
+
+
+def estimate_peak_bytes(task, sizes: tuple[int, int | None, int | None] | None = None) -> int:
+    """The checker's peak GPU memory for this task, from shapes alone (`sizes`: shape_bytes(task),
+    when already known)."""
+    sizes = sizes or shape_bytes(task)
+    if sizes is None:
+        return 0
+    in_b, p_b, out_b = sizes
+    if p_b is None:
+        return INPUT_COPIES * in_b
+    if out_b is None:  # some ops have no meta kernel: assume outputs as large as the inputs
+        out_b = in_b
     return INPUT_COPIES * in_b + PARAM_COPIES * p_b + OUTPUT_COPIES * out_b + compare_bytes(out_b)
 
 
@@ -88,28 +103,27 @@ TIMING_OUTPUT_COPIES = 4
 FLUSH_BYTES = 256 * 1024**2  # triton.testing.do_bench's L2-flush buffer
 
 
-def estimate_timing_bytes(task) -> int:
+def estimate_timing_bytes(task, sizes: tuple[int, int | None, int | None] | None = None) -> int:
     """A screened job's peak before its check (compile and timing only), from shapes alone: far
     below the check's (no float64 reference, no pristine copies). A contender queues for the
-    check's shares after its timing (tools/worker/evaluate.py)."""
-    import torch
-
-    with torch.device("meta"):
-        try:
-            inputs = list(task.module.get_inputs())
-            model = task.module.Model(*task.init_args())
-            p_b = sum(p.numel() * p.element_size() for p in model.state_dict().values())
-            with torch.no_grad():
-                out_b = _nbytes(model(*inputs))
-        except Exception:
-            return estimate_peak_bytes(task)
-    in_b = _nbytes(inputs)
+    check's shares after its timing (tools/worker/evaluate.py). Where the shapes are not all
+    known, the check's estimate stands."""
+    sizes = sizes or shape_bytes(task)
+    if sizes is None or None in sizes:
+        return estimate_peak_bytes(task, sizes)
+    in_b, p_b, out_b = sizes
     return TIMING_COPIES * (in_b + p_b) + TIMING_OUTPUT_COPIES * out_b + FLUSH_BYTES
 
 
 def units_for(peak_bytes: int, total: int) -> int:
     share = max(1, (total - RESERVED_BYTES) // SLOTS)
     return max(1, min(SLOTS, math.ceil(peak_bytes / share)))
+
+
+def units_with_margin(peak_bytes: float) -> int:
+    """Shares for a job whose peak is `peak_bytes`, measured or estimated without its contexts:
+    a quarter more, plus the two CUDA contexts and the flush buffer."""
+    return units_for(int(peak_bytes * 1.25) + CONTEXT_BYTES, total_bytes())
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from typing import Any
 from graph.records import OpNode, TaskDescription
 
 from .. import ewops
-from ..graphview import GraphView, Unsupported, arg_value, is_node
+from ..graphview import GraphView, Unsupported, arg_value, is_node, numel
 from . import rownorm
 from .rownorm import WHOLE_ROW_MAX, DNode, RowPlan
 
@@ -90,7 +90,7 @@ def _check_shapes(view: GraphView, nodes: list[OpNode], full: list[int], k: int)
             if ewops.is_elementwise(n):
                 if rc == FLAT and flat and c != FLAT:
                     raise Unsupported(f"{n.op} broadcasts a per-row value without its reduced dims")
-                one = lf is not None and (lf.is_scalar or _numel(ref.shape) == 1)
+                one = lf is not None and (lf.is_scalar or numel(ref.shape) == 1)
                 if c == FLAT and lf is not None and not one:
                     raise Unsupported(f"{n.op} of per-row values reads tensor {lf.expr}")
             elif r == view.resolve((n.args[0] if n.args else n.kwargs["input"])["node"]) and rc != FULL:
@@ -98,13 +98,6 @@ def _check_shapes(view: GraphView, nodes: list[OpNode], full: list[int], k: int)
     out = kind(view.nodes[view.output].shape)
     assert out is not None
     return out
-
-
-def _numel(shape: list[int] | None) -> int:
-    p = 1
-    for s in shape or []:
-        p *= int(s)
-    return p
 
 
 def match(view: GraphView) -> RowPlan | None:
@@ -122,7 +115,7 @@ def match(view: GraphView) -> RowPlan | None:
     full = list(view.nodes[view.resolve(src["node"])].shape or [])
     if len(full) < b.ndims or view.nodes[view.output].shape is None:
         raise Unsupported("row anchors over more dims than their input has")
-    r = _numel(full[len(full) - b.ndims :])
+    r = numel(full[len(full) - b.ndims :])
     if r > WHOLE_ROW_MAX:
         raise Unsupported(f"rows of {r} elements do not fit one block ({WHOLE_ROW_MAX})")
     out_kind = _check_shapes(view, nodes, full, b.ndims)
