@@ -82,9 +82,15 @@ class Toolbox:
 
     def _run(self, job: Job, timeout_s: float | None = None) -> JobResult:
         """Run a job; faults of the machine are retried, never reported as the task's or the
-        candidate's. `oom` (the GPU was full: other jobs held it) is retried with the whole GPU's
-        memory shares, and on the last try the candidate is told the truth if it still does not
-        fit; a judge that died (it never runs candidate code) or could not start is retried as is."""
+        candidate's. `oom` (the GPU was full: other jobs held it) is retried with more memory
+        shares, the last try with all of them, where the candidate is told the truth if it still
+        does not fit; a judge that died (it never runs candidate code) or could not start is retried as is.
+
+        An OOM retry first asks for twice its shares (at least what the task's jobs measured), and
+        only the last try for the whole GPU: a retry with every share waits until every other job
+        has drained, and every job queued after it waits as well (on the H200 three such retries
+        of one task stalled eight tasks for 150-190 s each). The doubled shares are kept for the
+        task's later jobs, whose shape estimate just proved too small or too close to the edge."""
         last: JobResult | None = None
         for attempt in range(INFRA_RETRIES + 1):
             if attempt:
@@ -100,8 +106,9 @@ class Toolbox:
             last = res
             _log.warning("tool.infra_fault", kind=job.kind, fault=fault, attempt=attempt + 1, error=res.error)
             if fault == "oom" and job.device == "cuda":
-                opts = {**job.options, "memory_units": SLOTS}
-                if attempt + 1 == INFRA_RETRIES:
+                last_try = attempt + 1 == INFRA_RETRIES
+                opts = {**job.options, "memory_units": self._oom_retry_units(job, last_try)}
+                if last_try:
                     opts["last_attempt"] = True
                 job = job.model_copy(update={"options": opts})
         assert last is not None
@@ -110,9 +117,34 @@ class Toolbox:
             f"({last.error_kind}): {last.error}"
         )
 
+    def _oom_retry_units(self, job: Job, last_try: bool) -> int:
+        """Shares for the retry of a job that ran out of GPU memory (see _run)."""
+        held = job.options.get("memory_units")
+        if last_try or not isinstance(held, int) or held <= 0:
+            # a job that had no shares from the toolbox sized itself from shapes in the worker
+            # (describe, a lone check): the toolbox cannot tell how much more it needs
+            return SLOTS
+        with self._lock:
+            entry = self._peak.setdefault(self._task_key_of(job), {})
+            # a screened job held the task's screening shares; any other, its check's
+            slot = "screen_units" if entry.get("screen_units") == held else "memory_units"
+            known = entry.get(slot)
+            units = min(SLOTS, max(2 * held, int(known) if known else 0, OOM_RETRY_MIN_UNITS))
+            # this task's later jobs of the same kind ask for as much
+            entry[slot] = units
+        return units
+
+    @staticmethod
+    def _task_key_of(job: Job) -> str:
+        return Toolbox._key(job.task_source, job.size_overrides)
+
     @staticmethod
     def _task_key(task: TaskSpec) -> str:
-        return hashlib.sha256(f"{task.source}\0{sorted(task.size_overrides.items())}".encode()).hexdigest()
+        return Toolbox._key(task.source, task.size_overrides)
+
+    @staticmethod
+    def _key(source: str, size_overrides: dict) -> str:
+        return hashlib.sha256(f"{source}\0{sorted(size_overrides.items())}".encode()).hexdigest()
 
     def _job(self, kind: str, task: TaskSpec, **kw: Any) -> Job:
         known = self._peak.get(self._task_key(task)) if task.device == "cuda" else None
@@ -195,7 +227,7 @@ class Toolbox:
         gpu = dict(parts.pop("gpu", {}) or {})
         # Admission by what the task's jobs really used (with a margin), once one has run: the
         # shape estimates are deliberately pessimistic. A later job that needs more runs out of
-        # memory and is retried with the whole GPU (see _run), never blamed. A job that ran a
+        # memory and is retried with more shares (see _run), never blamed. A job that ran a
         # check measures the check's shares; a screened one, only what screening needs.
         for measured, key in (("measured_units", "memory_units"), ("measured_screen_units", "screen_units")):
             if isinstance(gpu.get(measured), int):
@@ -348,6 +380,8 @@ class Toolbox:
 
 
 INFRA_RETRIES = 2
+# An OOM's first retry asks for at least this many of gpumem.SLOTS shares (about 8 GiB on an H200).
+OOM_RETRY_MIN_UNITS = 4
 
 
 def infra_fault(job: Job, res: JobResult) -> str | None:

@@ -325,6 +325,7 @@ def test_gpu_oom_is_retried_with_the_whole_gpu_and_never_blamed(monkeypatch: pyt
     assert r.accepted
     from tools.worker.gpumem import SLOTS
 
+    # no shares from the toolbox (the worker sized itself): the retry cannot know better than all
     assert "memory_units" not in sent[0].options and sent[1].options["memory_units"] == SLOTS == 64
     # still out of memory with the whole GPU on the last try: then, and only then, the candidate
     # hears of it (the worker turns the last try's OOM into a rejection)
@@ -333,6 +334,39 @@ def test_gpu_oom_is_retried_with_the_whole_gpu_and_never_blamed(monkeypatch: pyt
     )
     r = Toolbox(timeout_s=60).check(task("relu", device="cuda"), "source")
     assert not r.accepted and r.reasons == ["run.oom: x"]
+    assert sent[2].options["last_attempt"] is True
+
+
+def test_an_oom_retry_doubles_the_jobs_shares_and_the_tasks_later_jobs_keep_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job admitted with the task's shares that runs out of memory is retried with twice as many
+    (never fewer than the task measured), not the whole GPU, which would wait for every other
+    job to drain; only the last try takes every share. The task's later jobs ask for the raised
+    shares."""
+    from tools.worker.gpumem import SLOTS
+
+    accepted = {"ok": True, "payload": {"accepted": True, "reasons": [], "device": "cuda"}}
+    oom = {"ok": False, "error_kind": "oom", "error": "the candidate's process ran out of GPU memory"}
+    tb = Toolbox(timeout_s=60)
+    t = task("relu", device="cuda")
+    tb._peak[tb._task_key(t)] = {"memory_units": 3, "screen_units": 2}
+    sent = _fake_runs(monkeypatch, [oom, accepted])
+    assert tb.check(t, "source").accepted
+    assert [j.options["memory_units"] for j in sent] == [3, 6]
+    assert "last_attempt" not in sent[1].options
+    sent = _fake_runs(monkeypatch, [accepted])
+    tb.check(t, "source")
+    assert sent[0].options["memory_units"] == 6 and sent[0].options["screen_units"] == 2
+    # a job sent with fewer shares than the task now knows it needs (a sibling raised them while
+    # it ran): the task's figure; the last try, every share
+    tb._peak[tb._task_key(t)] = {"memory_units": 20, "screen_units": 1}
+    job = tb._job("check", t, candidate_source="source")
+    job = job.model_copy(update={"options": {**job.options, "memory_units": 5}})
+    assert tb._oom_retry_units(job, last_try=False) == 20
+    sent = _fake_runs(monkeypatch, [oom, oom, accepted])
+    assert tb.check(t, "source").accepted
+    assert [j.options["memory_units"] for j in sent] == [20, 40, SLOTS]
     assert sent[2].options["last_attempt"] is True
 
 
