@@ -11,6 +11,8 @@ import threading
 from typing import Any
 
 from graph.records import (
+    BestKernel,
+    Candidate,
     CheckReport,
     CompileReport,
     Diagnosis,
@@ -197,3 +199,18 @@ class FakeDebugger:
 
 def scripted_models(code: ScriptedCode) -> ModelSet:
     return ModelSet(code=code, profiler=FakeProfiler(), debugger=FakeDebugger())
+
+
+def best_from_reply(reply: CodeReply, stage: str = "algorithm", **params: Any) -> BestKernel:
+    """A verified best kernel made of a code reply (its params updated by `params`), as a tuning
+    or repair request receives it."""
+    cand = Candidate(
+        id="c",
+        source=reply.source,
+        stage=stage,
+        origin=reply.origin,
+        family=reply.family,
+        algorithm=reply.algorithm,
+        params={**reply.params, **params},
+    )
+    return BestKernel(candidate=cand, check=CheckReport(accepted=True))

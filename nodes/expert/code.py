@@ -18,6 +18,7 @@ from . import spaces
 from .assemble import group_at_line
 from .debugger import failing_line
 from .graphview import Unsupported
+from .hostgraph import GRAPH_REPLAY, HOST_PARAM, graph_replay_offered
 from .lowering import Lowering, Unit, lower, own, replace_unit
 from .partition import group_cost
 
@@ -154,9 +155,18 @@ class ExpertCode:
                     if _key(cand) in tried or not low.valid(cand):
                         continue
                     moves.append((u, pname, value, cand))
-        if req.seed_index >= len(moves):
+        # Mapping also chooses how the host launches the kernels: many groups launched one by
+        # one can cost more than their GPU work, so replaying them as one CUDA graph comes first.
+        graph = self._graph_variant(req, low, base, tried) if stage == "mapping" else None
+        if graph is not None:
+            if req.seed_index == 0:
+                return graph
+            index = req.seed_index - 1
+        else:
+            index = req.seed_index
+        if index >= len(moves):
             return CodeReply(source=None, family=low.family, note=f"{stage} space exhausted")
-        u, pname, value, cand = moves[req.seed_index]
+        u, pname, value, cand = moves[index]
         full = pname if u.tag is None else f"{u.tag}.{pname}"
         why = f"{stage} coordinate search around the best kernel ({full}={own(u.tag, base).get(pname)!r})"
         if u.tag is not None:
@@ -166,6 +176,19 @@ class ExpertCode:
         if req.advice is not None:
             why += f"; profiler says {req.advice.bottleneck}-bound, so {pname} is tried early"
         return self._reply(req, low, cand, f"tune:{full}={value}", why)
+
+    def _graph_variant(
+        self, req: CodeRequest, low: Lowering, base: dict[str, Any], tried: set[str]
+    ) -> CodeReply | None:
+        """The best kernel replayed as one CUDA graph per call, when its forward launches many
+        groups and that variant was not tried yet (hostgraph.py)."""
+        if base.get(HOST_PARAM) == GRAPH_REPLAY:
+            return None
+        why = graph_replay_offered(req.desc, low.view, low.at(base).kernel_groups())
+        cand = {**base, HOST_PARAM: GRAPH_REPLAY}
+        if why is None or _key(cand) in tried or not low.valid(cand):
+            return None
+        return self._reply(req, low, cand, f"tune:{HOST_PARAM}={GRAPH_REPLAY}", f"mapping: {why}")
 
     def _fix(self, req: CodeRequest, low: Lowering) -> CodeReply:
         failed = req.failed

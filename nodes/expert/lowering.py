@@ -22,6 +22,7 @@ from .decompose import decompose
 from .families import FUSED_ALGORITHMS, FUSED_FAMILIES, FUSED_NAMES
 from .families import library as libfam
 from .graphview import GraphView, Unsupported
+from .hostgraph import GRAPH_REPLAY, HOST_PARAM, with_graph_replay
 from .hostops import host_expr
 from .partition import NO_MATCH, Group, Partition, allowed_algorithms, match_group, partition, value_var
 
@@ -198,11 +199,24 @@ class Lowering:
         return ", ".join(f"{u.tag} {u.name}/{own(u.tag, params).get('algorithm')}" for u in self.units)
 
     def valid(self, params: dict[str, Any]) -> bool:
+        if params.get(HOST_PARAM, GRAPH_REPLAY) != GRAPH_REPLAY:
+            return False
+        params = {k: v for k, v in params.items() if k != HOST_PARAM}
         if self.at(params) is not self:
             return self.at(params).valid(params)
         return all(u.valid(own(u.tag, params)) for u in self.units)
 
+    def kernel_groups(self) -> int:
+        """Groups that launch kernels or library calls (host-only groups are Python expressions)."""
+        if self.kind == "whole" or self.part is None:
+            return 1
+        return sum(1 for g in self.part.groups if not g.host)
+
     def generate(self, desc: TaskDescription, params: dict[str, Any]) -> str:
+        if HOST_PARAM in params:
+            host = params[HOST_PARAM]
+            source = self.generate(desc, {k: v for k, v in params.items() if k != HOST_PARAM})
+            return with_graph_replay(source, desc) if host == GRAPH_REPLAY else source
         if self.at(params) is not self:
             return self.at(params).generate(desc, params)
         if self.kind == "whole":

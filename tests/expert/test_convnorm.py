@@ -286,22 +286,10 @@ def test_fused_kernels_compile_for_sm90(descs):
 
 def test_tuning_stays_in_the_fused_lowering(descs):
     from expert_helpers import stage
-
-    from graph.records import BestKernel, Candidate, CheckReport
+    from fakes import best_from_reply
 
     seed = _seeds(descs["conv-gn"], 1)[0]
-    best = BestKernel(
-        candidate=Candidate(
-            id="c",
-            source=seed.source,
-            stage="algorithm",
-            origin=seed.origin,
-            family=seed.family,
-            algorithm=seed.algorithm,
-            params=seed.params,
-        ),
-        check=CheckReport(accepted=True),
-    )
+    best = best_from_reply(seed)
     r = ExpertCode().write(request(descs["conv-gn"], mode="tune", stage=stage("tiling"), best=best))
     assert r.source is not None and r.family == "convnorm"
     assert r.params["algorithm"] == seed.params["algorithm"] and r.params["BLOCK"] != seed.params["BLOCK"]

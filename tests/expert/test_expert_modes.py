@@ -4,10 +4,10 @@ unsupported, determinism. Pure Python (descriptions come from the session fixtur
 from __future__ import annotations
 
 from expert_helpers import request, stage
+from fakes import best_from_reply
 
 from graph.records import (
     Attempt,
-    BestKernel,
     Candidate,
     CheckReport,
     CompileReport,
@@ -16,19 +16,6 @@ from graph.records import (
 )
 from nodes.expert import ExpertCode
 from nodes.models import AttemptSummary, CodeReply
-
-
-def _best(r: CodeReply, stage_name: str = "algorithm") -> BestKernel:
-    cand = Candidate(
-        id="c0",
-        source=r.source,
-        stage=stage_name,
-        origin=r.origin,
-        family=r.family,
-        algorithm=r.algorithm,
-        params=r.params,
-    )
-    return BestKernel(candidate=cand, check=CheckReport(accepted=True))
 
 
 def _summary(r: CodeReply, i: int) -> AttemptSummary:
@@ -60,7 +47,7 @@ def test_tune_walks_space_and_exhausts(descs):
     code = ExpertCode()
     desc = descs["gelu_chain"]
     seed = code.write(request(desc, seed_index=0))
-    best = _best(seed)
+    best = best_from_reply(seed)
     recent: list[AttemptSummary] = []
     seen = set()
     for i in range(50):
@@ -83,7 +70,7 @@ def test_tune_walks_space_and_exhausts(descs):
 def test_tune_uses_advice_order(descs):
     code = ExpertCode()
     desc = descs["linear_gelu"]
-    best = _best(code.write(request(desc, seed_index=0)))
+    best = best_from_reply(code.write(request(desc, seed_index=0)))
     compute = ProfilerAdvice(bottleneck="compute", evidence=[], plan="")
     r = code.write(request(desc, mode="tune", stage=stage("tiling"), best=best, advice=compute))
     assert r.origin.startswith("tune:BLOCK_M="), r.origin
@@ -99,18 +86,18 @@ def test_refine_from_three_pass_then_nothing(descs):
         for i in range(3)
         if code.write(request(desc, seed_index=i)).algorithm == "three-pass"
     )
-    r1 = code.write(request(desc, mode="refine", best=_best(three)))
+    r1 = code.write(request(desc, mode="refine", best=best_from_reply(three)))
     assert r1.source is not None and r1.origin == "refine:online-max-sum"
-    r2 = code.write(request(desc, mode="refine", best=_best(three), recent=[_summary(r1, 1)]))
+    r2 = code.write(request(desc, mode="refine", best=best_from_reply(three), recent=[_summary(r1, 1)]))
     assert r2.source is not None and r2.origin == "refine:row-in-registers"
     r3 = code.write(
-        request(desc, mode="refine", best=_best(three), recent=[_summary(r1, 1), _summary(r2, 2)])
+        request(desc, mode="refine", best=best_from_reply(three), recent=[_summary(r1, 1), _summary(r2, 2)])
     )
     assert r3.source is None
     # the whole-row kernel has nothing left to refine
     whole = code.write(request(desc, seed_index=0))
     assert whole.algorithm == "whole-row"
-    assert code.write(request(desc, mode="refine", best=_best(whole))).source is None
+    assert code.write(request(desc, mode="refine", best=best_from_reply(whole))).source is None
 
 
 def test_refine_library_to_fused(descs):
@@ -121,7 +108,7 @@ def test_refine_library_to_fused(descs):
         for r in (code.write(request(desc, seed_index=i)) for i in range(5))
         if r.algorithm == "library+fused-epilogue"
     )
-    r = code.write(request(desc, mode="refine", best=_best(lib)))
+    r = code.write(request(desc, mode="refine", best=best_from_reply(lib)))
     assert r.origin == "refine:fuse-epilogue-into-gemm" and r.algorithm == "tiled"
     assert "torch.nn.functional.linear" not in r.source
 
@@ -203,7 +190,7 @@ def test_refine_fuses_kernel_per_op(descs):
     desc = descs["gelu_chain"]
     per_op = code.write(request(desc, seed_index=1))
     assert per_op.algorithm == "kernel-per-op"
-    r = code.write(request(desc, mode="refine", best=_best(per_op)))
+    r = code.write(request(desc, mode="refine", best=best_from_reply(per_op)))
     assert r.origin == "refine:fuse-chain" and r.algorithm == "fused"
     assert r.source.count("@triton.jit") < per_op.source.count("@triton.jit")
-    assert code.write(request(desc, mode="refine", best=_best(r))).source is None
+    assert code.write(request(desc, mode="refine", best=best_from_reply(r))).source is None

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from expert_helpers import check_jobs, request, run_jobs, stage
 from expert_tasks import CASES
+from fakes import best_from_reply
 
-from graph.records import BestKernel, Candidate, CheckReport
 from nodes.expert import ExpertCode
 from nodes.models import AttemptSummary
 
@@ -29,18 +29,7 @@ def walked(descs):
     out: dict[str, list] = {}
     for name in WALK:
         seed = code.write(request(descs[name], seed_index=0))
-        best = BestKernel(
-            candidate=Candidate(
-                id="s",
-                source=seed.source,
-                stage="algorithm",
-                origin=seed.origin,
-                family=seed.family,
-                algorithm=seed.algorithm,
-                params=seed.params,
-            ),
-            check=CheckReport(accepted=True),
-        )
+        best = best_from_reply(seed)
         replies = []
         for st in ("mapping", "tiling", "memory"):
             recent: list[AttemptSummary] = []

@@ -360,7 +360,48 @@ def _install_hooks() -> None:
 
     wrap(jit.JITFunction)
     wrap(interp.InterpretedFunction)
+    graph_cls = getattr(getattr(torch, "cuda", None), "CUDAGraph", None)
+    if graph_cls is not None:
+        install_graph_hooks(graph_cls)
     _PATCHED[0] = True
+
+
+# The launches each CUDA graph captured (by id of the torch.cuda.CUDAGraph): a replay launches
+# them again, so a forward that replays a graph of its own kernels (the expert's host=graph
+# variant, nodes/expert/hostgraph.py) is counted as launching them, and a graph of PyTorch ops
+# alone as launching none, exactly as when the same forward runs eagerly.
+_GRAPH_LAUNCHES: dict[int, list[Launch]] = {}
+
+
+def install_graph_hooks(graph_cls: Any) -> None:
+    """Count a graph's captured launches again at each of its replays (see _GRAPH_LAUNCHES)."""
+    begin, end, replay = graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay
+    capturing: dict[int, LaunchLog] = {}
+
+    def capture_begin(self, *args, **kwargs):
+        log = LaunchLog()
+        capturing[id(self)] = log
+        _ACTIVE.append(log)
+        return begin(self, *args, **kwargs)
+
+    def capture_end(self, *args, **kwargs):
+        try:
+            return end(self, *args, **kwargs)
+        finally:
+            log = capturing.pop(id(self), None)
+            if log is not None:
+                _ACTIVE.remove(log)
+                _GRAPH_LAUNCHES[id(self)] = list(log.launches)
+
+    def graph_replay(self, *args, **kwargs):
+        for log in list(_ACTIVE):
+            if not log.record_args:  # a recording log wants launches it can compile from
+                log.launches.extend(_GRAPH_LAUNCHES.get(id(self), ()))
+        return replay(self, *args, **kwargs)
+
+    graph_cls.capture_begin = capture_begin
+    graph_cls.capture_end = capture_end
+    graph_cls.replay = graph_replay
 
 
 @contextlib.contextmanager

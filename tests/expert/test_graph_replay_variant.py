@@ -1,0 +1,92 @@
+"""The mapping stage's host variant: a forward of many kernel groups replayed as one CUDA graph
+(nodes/expert/hostgraph.py). On a GPU it is the first variant of the mapping round, with the
+other moves after it; its file keeps the kernels and wraps forward in graph_call; it passes the
+real sandboxed check (on the CPU the helper takes its eager path, which is the same kernels);
+and it is not offered for a forward of few groups, for random ops, on the CPU, or twice."""
+
+from __future__ import annotations
+
+import pytest
+from expert_helpers import describe_many, request, stage, task
+from fakes import best_from_reply
+
+from graph.records import TaskSpec
+from nodes.expert import ExpertCode
+from nodes.expert.hostgraph import GRAPH_REPLAY, HOST_PARAM
+
+toolbox = pytest.importorskip("tools.toolbox")
+
+NET = task(
+    "c",
+    "self.c1 = nn.Conv2d(3, c, 3, padding=1)\nself.bn = nn.BatchNorm2d(c)\nself.c2 = nn.Conv2d(c, c, 3, padding=1)",
+    "y = F.relu(self.bn(self.c1(x)))\ny = F.max_pool2d(y, 2)\ny = torch.tanh(self.c2(y)) + y\n"
+    "return torch.softmax(y.flatten(1), dim=-1)",
+    "torch.randn(2, 3, 18, 14)",
+    "8",
+)
+NOISY = NET.replace(
+    "return torch.softmax(y.flatten(1), dim=-1)",
+    "return torch.softmax(y.flatten(1), dim=-1) + torch.rand(2, 504, device=x.device)",
+)
+SMALL = task("", "", "return torch.softmax(x, dim=-1)", "torch.randn(8, 100)")
+
+
+@pytest.fixture(scope="module")
+def descs():
+    names = {"net": NET, "noisy": NOISY, "small": SMALL}
+    found = describe_many([(s, {}) for s in names.values()])
+    return {k: d.model_copy(update={"device": "cuda"}) for k, d in zip(names, found, strict=True)}
+
+
+def _round(desc, best, name="mapping", n=3):
+    code = ExpertCode()
+    return [
+        code.write(request(desc, mode="tune", stage=stage(name), best=best, seed_index=i, n_seeds=n))
+        for i in range(n)
+    ]
+
+
+def test_many_groups_get_the_graph_replay_first_in_the_mapping_round(descs):
+    seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
+    first, second, third = _round(descs["net"], best_from_reply(seed))
+    assert first.origin == f"tune:{HOST_PARAM}={GRAPH_REPLAY}", first.origin
+    assert first.params == {**seed.params, HOST_PARAM: GRAPH_REPLAY}
+    assert "kernel groups launched one by one" in first.note
+    src = first.source
+    assert "def forward_eager(self, x):" in src and "return graph_call(self, self.forward_eager, (x,))" in src
+    assert src.count("def graph_call(") == 1 and src.count("@triton.jit") == seed.source.count("@triton.jit")
+    # the round's other variants are the coordinate moves, as without the host variant
+    assert second.origin.startswith("tune:g") and third.origin.startswith("tune:g")
+    assert second.origin != third.origin
+    # tuned further (tiling, memory), a graph-replay best keeps replaying
+    replay_best = best_from_reply(first)
+    tiled = _round(descs["net"], replay_best, "tiling", 2)
+    assert all(r.params.get(HOST_PARAM) == GRAPH_REPLAY and "graph_call" in r.source for r in tiled)
+    # and the mapping round does not offer it again
+    again = _round(descs["net"], replay_best, "mapping", 1)[0]
+    assert again.origin != first.origin and again.params.get(HOST_PARAM) == GRAPH_REPLAY
+
+
+def test_the_graph_variant_passes_the_sandboxed_check(descs):
+    seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
+    first = _round(descs["net"], best_from_reply(seed), n=1)[0]
+    chk = toolbox.Toolbox().check(
+        TaskSpec(path="net.py", name="net", source=NET), first.source, policy="mixed"
+    )
+    assert chk.accepted, chk.reasons
+    assert len(chk.shapes_checked) >= 2
+
+
+@pytest.mark.parametrize("name", ["noisy", "small"])
+def test_not_offered_for_random_ops_or_few_groups(descs, name):
+    seed = ExpertCode().write(request(descs[name], seed_index=0, n_seeds=4))
+    assert seed.source is not None, seed.note
+    for r in _round(descs[name], best_from_reply(seed), n=2):
+        assert r.source is None or HOST_PARAM not in r.params, r.origin
+
+
+def test_not_offered_on_the_cpu(descs):
+    cpu = descs["net"].model_copy(update={"device": "cpu"})
+    seed = ExpertCode().write(request(cpu, seed_index=0, n_seeds=4))
+    first = _round(cpu, best_from_reply(seed), n=1)[0]
+    assert HOST_PARAM not in first.params, first.origin

@@ -1,0 +1,192 @@
+"""CUDA-graph replays of a candidate's forward, without a GPU.
+
+1. The judge counts a replay as launching the kernels its graph captured, so a forward that
+   replays its own kernels passes `runtime.no_launch` and one that replays PyTorch ops alone does
+   not (tools/worker/common.py install_graph_hooks), on a stand-in graph class.
+2. The candidate-side helper (nodes/expert/kernels/graphreplay.py graph_call): eager on the first
+   call of a signature, capture and replay on the second, replay alone after that; a copy of the
+   outputs each call; eager again when a parameter is replaced, the module switches train/eval,
+   autograd records, or the forward writes into its inputs. A stand-in graph re-runs what was
+   "captured" on the captured buffers, as a real replay does.
+
+Both run in child processes (Triton's interpreter, CPU torch); the GPU test in
+tests/expert/test_expert_gpu.py replays real graphs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HOOKS = textwrap.dedent(
+    """
+    import json
+    import torch
+    import triton
+    import triton.language as tl
+    from tools.worker import common
+
+    @triton.jit
+    def bump(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
+
+    class StandInGraph:
+        def capture_begin(self, *a, **k):
+            pass
+
+        def capture_end(self, *a, **k):
+            pass
+
+        def replay(self, *a, **k):
+            pass
+
+    common.install_graph_hooks(StandInGraph)
+    x = torch.zeros(8)
+    own, torch_only = StandInGraph(), StandInGraph()
+    with common.launch_log() as during:
+        own.capture_begin()
+        bump[(1,)](x, 8, BLOCK=8)
+        own.capture_end()
+    torch_only.capture_begin()
+    x.add_(1.0)
+    torch_only.capture_end()
+    with common.launch_log() as replays:
+        own.replay()
+        own.replay()
+    with common.launch_log() as torch_replay:
+        torch_only.replay()
+    with common.launch_log(record_args=True) as recording:
+        own.replay()
+    print(json.dumps({
+        "during_capture": during.count(), "replays": replays.count(),
+        "names": [l.name for l in replays.launches], "torch_only": torch_replay.count(),
+        "recording": recording.count(), "outside_any_log": len(common._ACTIVE),
+    }))
+    """
+)
+
+REPLAY = textwrap.dedent(
+    """
+    import contextlib, json
+    import torch
+    import torch.nn as nn
+    from nodes.expert.kernels import graphreplay as gr
+
+    # Stand-ins for a GPU: any tensor may be replayed; a graph re-runs its captured thunk.
+    gr.graph_signature = lambda args: tuple((tuple(a.shape), a.dtype) for a in args)
+    CAPTURING = []
+
+    class StandInGraph:
+        def replay(self):
+            self.thunk()
+
+    @contextlib.contextmanager
+    def capture(g):
+        CAPTURING.append(g)
+        try:
+            yield
+        finally:
+            CAPTURING.pop()
+
+    torch.cuda.CUDAGraph = StandInGraph
+    torch.cuda.graph = capture
+    torch.cuda.synchronize = lambda: None
+    torch.cuda.is_current_stream_capturing = lambda: False
+
+    runs = []
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.full((4,), 2.0))
+            self.mutate = False
+
+        def forward_eager(self, x):
+            runs.append(1)
+            if self.mutate:
+                x.add_(0.0)
+            y = x * self.w + 1.0
+            if CAPTURING:  # what a real capture records: the same work on the same buffers
+                w = self.w
+                CAPTURING[-1].thunk = lambda: y.copy_(x * w + 1.0)
+            return y
+
+        def forward(self, x):
+            return gr.graph_call(self, self.forward_eager, (x,))
+
+    def call(net, v):
+        x = torch.full((4,), float(v))
+        n = len(runs)
+        with torch.no_grad():
+            out = net(x)
+        ok = torch.equal(out, x * net.w.detach() + 1.0)
+        return {"ran_eagerly": len(runs) - n, "right": bool(ok), "out": out}
+
+    net = Net()
+    steps = {}
+    steps["first"] = call(net, 1)
+    steps["second"] = call(net, 2)
+    third = call(net, 3)
+    steps["third"] = third
+    fourth = call(net, 4)
+    steps["fourth"] = fourth
+    steps["fresh_outputs"] = {"ran_eagerly": 0, "right": bool(torch.equal(third["out"], torch.full((4,), 7.0)))}
+    with torch.no_grad():
+        net.w.mul_(0.5)  # in place: the graph reads the same memory
+    steps["weights_in_place"] = call(net, 5)
+    net.w = nn.Parameter(torch.full((4,), 3.0))  # replaced: recaptured after one eager call
+    steps["replaced"] = call(net, 6)
+    steps["replaced_next"] = call(net, 7)
+    net.eval()
+    steps["eval"] = call(net, 8)
+    x = torch.full((4,), 9.0)
+    n = len(runs)
+    net(x)  # autograd records: eager
+    steps["grad"] = {"ran_eagerly": len(runs) - n, "right": True}
+    writer = Net()
+    writer.mutate = True
+    steps["writer"] = [call(writer, v)["ran_eagerly"] for v in (1, 2, 3)]
+    print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "out"} if isinstance(v, dict) else v)
+                      for k, v in steps.items()}))
+    """
+)
+
+
+def _child(script: str) -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_replay_counts_the_kernels_its_graph_captured():
+    r = _child(HOOKS)
+    assert r["during_capture"] == 1  # the capture itself is a launch of the call that captures
+    assert r["replays"] == 2 and r["names"] == ["bump", "bump"]
+    assert r["torch_only"] == 0  # a graph of PyTorch ops launches none of the candidate's kernels
+    assert r["recording"] == 0  # a recording log (compile) only takes launches it can compile
+    assert r["outside_any_log"] == 0
+
+
+def test_graph_call_runs_eagerly_once_then_replays_and_falls_back_when_the_module_changes():
+    r = _child(REPLAY)
+    assert all(v["right"] for k, v in r.items() if isinstance(v, dict)), r
+    assert r["first"]["ran_eagerly"] == 1  # the first call of a signature is eager
+    assert r["second"]["ran_eagerly"] == 1  # the capture runs forward's Python once
+    assert r["third"]["ran_eagerly"] == 0 and r["fourth"]["ran_eagerly"] == 0  # replays
+    assert r["fresh_outputs"]["right"]  # the third call's output survived the fourth replay
+    assert r["weights_in_place"]["ran_eagerly"] == 0
+    assert r["replaced"]["ran_eagerly"] == 1 and r["replaced_next"]["ran_eagerly"] == 1
+    assert r["eval"]["ran_eagerly"] == 1
+    assert r["grad"]["ran_eagerly"] == 1
+    assert r["writer"] == [1, 1, 1]  # a forward that writes into its inputs is never replayed
