@@ -184,7 +184,8 @@ class ExpertCode:
         groups and that variant was not tried yet (hostgraph.py)."""
         if base.get(HOST_PARAM) == GRAPH_REPLAY:
             return None
-        why = graph_replay_offered(req.desc, low.view, low.at(base).kernel_groups())
+        timing = req.best.timing if req.best is not None else None
+        why = graph_replay_offered(req.desc, low.view, low.at(base).kernel_groups(), timing)
         cand = {**base, HOST_PARAM: GRAPH_REPLAY}
         if why is None or _key(cand) in tried or not low.valid(cand):
             return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from graph.records import TaskDescription
+from graph.records import TaskDescription, TimingReport
 
 from .graphview import GraphView, Unsupported, forward_arg_names
 from .kernelfiles import kernel_source
@@ -24,6 +24,8 @@ GRAPH_REPLAY = "graph"
 # Kernel groups from which the launches of one forward likely cost the host more than a replay's
 # own overhead (an input copy, the replay, an output copy: about 15 us).
 MIN_GROUPS = 4
+# A call this many times longer than its CUDA-graph replay is host-bound (the profiler says so).
+HOST_BOUND_RATIO = 1.25
 # Ops whose eager result differs from call to call: a replay would still draw new numbers from
 # PyTorch's generator, but a kernel seeded from the host would repeat its draws.
 RANDOM_OPS = frozenset(
@@ -33,9 +35,24 @@ RANDOM_OPS = frozenset(
 HELPERS = kernel_source("graphreplay.py")
 
 
-def graph_replay_offered(desc: TaskDescription, view: GraphView, kernel_groups: int) -> str | None:
-    """Why replaying this forward as a CUDA graph is worth a variant, or None when it is not."""
+def host_bound(timing: TimingReport | None) -> float | None:
+    """How many times longer a call takes than its GPU work (the runner's CUDA-graph replay of the
+    same forward, timed for forwards of many launches), or None when that was not measured."""
+    if timing is None or not timing.measured or not timing.candidate_ms or not timing.cudagraph_ms:
+        return None
+    return timing.candidate_ms / timing.cudagraph_ms
+
+
+def graph_replay_offered(
+    desc: TaskDescription, view: GraphView, kernel_groups: int, timing: TimingReport | None = None
+) -> str | None:
+    """Why replaying this forward as a CUDA graph is worth a variant, or None when it is not:
+    a forward of many groups whose replay was not timed, or one whose replay took well under
+    its call (`timing`: the kernel's stage timing)."""
     if kernel_groups < MIN_GROUPS or desc.device != "cuda":
+        return None
+    ratio = host_bound(timing)
+    if ratio is not None and ratio < HOST_BOUND_RATIO:
         return None
     if any(n.op in RANDOM_OPS for n in view.nodes.values()):
         return None
@@ -43,10 +60,13 @@ def graph_replay_offered(desc: TaskDescription, view: GraphView, kernel_groups: 
         forward_arg_names(desc.source)
     except Unsupported:
         return None
-    return (
-        f"{kernel_groups} kernel groups launched one by one from Python each call: replaying them "
-        "as one CUDA graph removes the host's launch cost"
-    )
+    why = f"{kernel_groups} kernel groups launched one by one from Python each call"
+    if ratio is not None:
+        assert timing is not None
+        why += (
+            f"; a call takes {timing.candidate_ms:.4f} ms, its CUDA-graph replay {timing.cudagraph_ms:.4f} ms"
+        )
+    return why + ": replaying them as one CUDA graph removes the host's launch cost"
 
 
 def with_graph_replay(source: str, desc: TaskDescription) -> str:

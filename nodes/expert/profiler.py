@@ -18,6 +18,7 @@ from graph.records import ProfilerAdvice, RoleUsage, TaskDescription
 from nodes.models import ProfilerRequest
 
 from .graphview import Unsupported
+from .hostgraph import HOST_BOUND_RATIO, host_bound
 from .lowering import PARTITION, Lowering, lower, own
 from .partition import group_cost
 
@@ -70,7 +71,21 @@ class ExpertProfiler:
             # The fp32-tensor-core ridge on H200 is ~100 FLOP/byte; well below it is memory-bound.
             bottleneck = "compute" if intensity > 60 else "memory"
             evidence.append(f"arithmetic intensity {intensity:.1f} FLOP/byte")
+        ratio = host_bound(timing)
+        if ratio is not None and ratio >= HOST_BOUND_RATIO:
+            assert timing is not None and timing.cudagraph_ms is not None
+            bottleneck = "latency"
+            evidence.append(
+                f"host-bound: a call takes {timing.candidate_ms:.4f} ms, the same "
+                f"{timing.candidate_launches or 'many'} launches replayed as a CUDA graph "
+                f"{timing.cudagraph_ms:.4f} ms: launching costs {1 - 1 / ratio:.0%} of the call"
+            )
         plan = _PLANS[bottleneck]
+        if ratio is not None and ratio >= HOST_BOUND_RATIO:
+            plan = (
+                "host-bound: the GPU waits for the launches — replay the forward as one CUDA graph "
+                "(host=graph) or launch fewer kernels; tiles, warps and stages cannot help here"
+            )
         comp = req.attempt.compile
         if comp is not None:
             for k in comp.kernels:

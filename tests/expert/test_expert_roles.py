@@ -49,6 +49,23 @@ def test_profiler_latency_from_timing(descs):
     assert adv.bottleneck == "latency" and "launch" in adv.evidence[-1]
 
 
+def test_profiler_names_a_host_bound_forward_from_its_cuda_graph_replay(descs):
+    """A stage timing of a forward of many launches carries the replay time of the same launches
+    (tools/worker/runner.py); a call much longer than that is host-bound, whatever its roofline."""
+    prof = ProfileReport(roofline_fraction=0.05, bottleneck="compute")
+    host = TimingReport(measured=True, candidate_ms=6.48, cudagraph_ms=0.56, candidate_launches=70)
+    req = ProfilerRequest(
+        stage=stage("mapping"), desc=descs["softmax"], attempt=_attempt(timing=host), profile=prof
+    )
+    adv, _ = ExpertProfiler().advise(req)
+    assert adv.bottleneck == "latency"
+    assert any("host-bound" in e and "70 launches" in e and "91%" in e for e in adv.evidence), adv.evidence
+    assert "CUDA graph" in adv.plan
+    gpu = host.model_copy(update={"candidate_ms": 0.6})  # the replay is hardly faster: not host-bound
+    adv, _ = ExpertProfiler().advise(req.model_copy(update={"attempt": _attempt(timing=gpu)}))
+    assert adv.bottleneck == "compute" and not any("host-bound" in e for e in adv.evidence)
+
+
 def test_debugger_compile_rules(descs):
     cases = {
         "out of resource: shared memory, Required: 262144, Hardware limit: 232448": "shared_memory",

@@ -10,7 +10,7 @@ import pytest
 from expert_helpers import describe_many, request, stage, task
 from fakes import best_from_reply
 
-from graph.records import TaskSpec
+from graph.records import TaskSpec, TimingReport
 from nodes.expert import ExpertCode
 from nodes.expert.hostgraph import GRAPH_REPLAY, HOST_PARAM
 
@@ -65,6 +65,22 @@ def test_many_groups_get_the_graph_replay_first_in_the_mapping_round(descs):
     # and the mapping round does not offer it again
     again = _round(descs["net"], replay_best, "mapping", 1)[0]
     assert again.origin != first.origin and again.params.get(HOST_PARAM) == GRAPH_REPLAY
+
+
+def test_a_timing_that_shows_the_gpu_busy_is_not_given_the_graph_variant(descs):
+    """Where the stage timing measured the forward's CUDA-graph replay, the variant is offered
+    only when the call took well over that (host-bound), and its note quotes both figures."""
+    seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
+    busy = best_from_reply(seed).model_copy(
+        update={"timing": TimingReport(measured=True, candidate_ms=0.60, cudagraph_ms=0.56)}
+    )
+    assert HOST_PARAM not in _round(descs["net"], busy, n=1)[0].params
+    waiting = busy.model_copy(
+        update={"timing": TimingReport(measured=True, candidate_ms=6.48, cudagraph_ms=0.56)}
+    )
+    first = _round(descs["net"], waiting, n=1)[0]
+    assert first.params.get(HOST_PARAM) == GRAPH_REPLAY
+    assert "a call takes 6.4800 ms, its CUDA-graph replay 0.5600 ms" in first.note
 
 
 def test_the_graph_variant_passes_the_sandboxed_check(descs):

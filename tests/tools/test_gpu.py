@@ -347,6 +347,9 @@ def test_a_launch_bound_network_replayed_as_a_cuda_graph_verifies_and_is_faster(
         f"launch-bound net: {plain.timing.candidate_ms:.4f} ms launched, {replay.timing.candidate_ms:.4f} ms replayed"
     )
     assert replay.timing.candidate_ms < plain.timing.candidate_ms
+    # the stage timing of a forward of many launches also timed its CUDA-graph replay
+    assert plain.timing.cudagraph_ms is not None and plain.timing.candidate_launches >= 8
+    print(f"stage timing of the launched kernels: replay {plain.timing.cudagraph_ms:.4f} ms")
     final = tb.benchmark(task, graph.source)
     assert final.measured and final.candidate_ms and final.eager_ms, final.reason
     print(

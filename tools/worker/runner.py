@@ -42,6 +42,11 @@ from tools.worker.common import (
     to_device,
 )
 
+# `time` with cudagraph="auto" (a stage timing) also times the forward's CUDA-graph replay when
+# it launches at least this many of the candidate's kernels: where launches are many, the host
+# may cost more than the GPU work, and the replay time says how much (the profiler's evidence).
+CUDAGRAPH_PROBE_LAUNCHES = 8
+
 
 class Refused(Exception):
     """A request the candidate fails (its own fault): the reply names the rule."""
@@ -256,7 +261,8 @@ class Runner:
                 quantiles=[0.5, 0.2, 0.8],
             )
         out: dict[str, Any] = {"ok": True, "median": med, "p20": p20, "p80": p80, "launches": launches}
-        if m.get("cudagraph"):
+        probe = m.get("cudagraph")
+        if probe is True or (probe == "auto" and launches >= CUDAGRAPH_PROBE_LAUNCHES):
             out.update(self._cudagraph(m))
         return out
 
