@@ -55,6 +55,9 @@ HOOKS = textwrap.dedent(
         own.capture_begin()
         bump[(1,)](x, 8, BLOCK=8)
         own.capture_end()
+        # the call's own log is still the active one (the capture's log records the same
+        # launches, so it compares equal to it)
+        assert len(common._ACTIVE) == 1 and common._ACTIVE[0] is during
     torch_only.capture_begin()
     x.add_(1.0)
     torch_only.capture_end()

@@ -390,7 +390,7 @@ def install_graph_hooks(graph_cls: Any) -> None:
         finally:
             log = capturing.pop(id(self), None)
             if log is not None:
-                _ACTIVE.remove(log)
+                _drop_log(log)
                 _GRAPH_LAUNCHES[id(self)] = list(log.launches)
 
     def graph_replay(self, *args, **kwargs):
@@ -412,7 +412,17 @@ def launch_log(record_args: bool = False):
     try:
         yield log
     finally:
-        _ACTIVE.remove(log)
+        _drop_log(log)
+
+
+def _drop_log(log: LaunchLog) -> None:
+    """Take `log` itself off the active list: logs are dataclasses, so `list.remove` would take
+    the first log that merely compares equal (two logs of the same launches, as a capture's and
+    the call's around it are), and the caller's own log would then be missing at its end."""
+    for i, x in enumerate(_ACTIVE):
+        if x is log:
+            del _ACTIVE[i]
+            return
 
 
 class _NoGpuWork(TorchDispatchMode):
