@@ -146,3 +146,74 @@ def test_a_screened_jobs_estimate_is_the_timing_not_the_check():
     big.module.N, big.module.M = 1 << 20, 1 << 14  # 64 GiB of input: shapes only, nothing allocated
     # under half the check's: no float64 reference, no pristine copies
     assert 2 * gpumem.estimate_timing_bytes(big) < gpumem.estimate_peak_bytes(big)
+
+
+def _hold(units: int, name: str, events: list[str], release: threading.Event) -> threading.Thread:
+    def run():
+        with gpumem.gpu_memory(units):
+            events.append(f"{name} in")
+            release.wait(10)
+        events.append(f"{name} out")
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def _until(events: list[str], *names: str) -> None:
+    """Wait (at most 10 s) until every named event happened."""
+    deadline = time.monotonic() + 10
+    while not all(n in events for n in names) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(n in events for n in names), events
+
+
+def test_a_small_request_does_not_wait_behind_a_large_one(tmp_path, monkeypatch):
+    """The express lane: with a large request at the head of the queue, a small one still takes a
+    free express share at once (one queue made it wait for the large one's whole turn)."""
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    events: list[str] = []
+    go = {n: threading.Event() for n in ("holder", "large", "small")}
+    threads = [_hold(gpumem.SLOTS - 4, "holder", events, go["holder"])]  # general + 12 express
+    _until(events, "holder in")
+    threads.append(_hold(10, "large", events, go["large"]))
+    time.sleep(0.3)  # the large request heads the general queue, 10 shares short
+    threads.append(_hold(2, "small", events, go["small"]))
+    _until(events, "small in")
+    assert "large in" not in events
+    go["small"].set()
+    _until(events, "small out")
+    go["holder"].set()
+    _until(events, "large in")
+    go["large"].set()
+    for t in threads:
+        t.join(10)
+
+
+def test_lanes_borrow_only_while_nobody_queues_in_the_other(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    events: list[str] = []
+    go = {n: threading.Event() for n in ("general", "borrower", "express", "large", "small")}
+    threads = [_hold(len(gpumem.GENERAL), "general", events, go["general"])]
+    _until(events, "general in")
+    # nobody queues for express shares: a large request completes with them at once
+    threads.append(_hold(6, "borrower", events, go["borrower"]))
+    _until(events, "borrower in")
+    go["borrower"].set()
+    _until(events, "borrower out")
+    # the express lane full of small requests, a large one waiting for general shares: a small
+    # request may not borrow general shares ahead of it
+    fill = [f"x{i}" for i in range(len(gpumem.EXPRESS) // gpumem.EXPRESS_UNITS)]
+    threads += [_hold(gpumem.EXPRESS_UNITS, n, events, go["express"]) for n in fill]
+    _until(events, *(f"{n} in" for n in fill))
+    threads.append(_hold(10, "large", events, go["large"]))
+    time.sleep(0.3)
+    threads.append(_hold(2, "small", events, go["small"]))
+    time.sleep(0.3)
+    assert "large in" not in events and "small in" not in events
+    go["general"].set()  # general shares free: the large request takes its 10, the small one borrows
+    _until(events, "large in", "small in")
+    for e in go.values():
+        e.set()
+    for t in threads:
+        t.join(10)
