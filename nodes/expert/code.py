@@ -193,6 +193,15 @@ class ExpertCode:
 
     def _fix(self, req: CodeRequest, low: Lowering) -> CodeReply:
         failed = req.failed
+        if failed is not None and failed.candidate.params.get(HOST_PARAM) == GRAPH_REPLAY:
+            # the same kernels verified when launched one by one: what failed is the replay of
+            # this forward (a host sync, a data-dependent launch), which no tile or algorithm fixes
+            return CodeReply(
+                source=None,
+                family=low.family,
+                note="the CUDA-graph replay of this forward failed: nothing to repair, the kernels "
+                "launched one by one stay",
+            )
         base = (
             dict(failed.candidate.params)
             if failed is not None and failed.candidate.params.get("algorithm")

@@ -10,7 +10,7 @@ import pytest
 from expert_helpers import describe_many, request, stage, task
 from fakes import best_from_reply
 
-from graph.records import TaskSpec, TimingReport
+from graph.records import Attempt, Candidate, CheckReport, CompileReport, Diagnosis, TaskSpec, TimingReport
 from nodes.expert import ExpertCode
 from nodes.expert.hostgraph import GRAPH_REPLAY, HOST_PARAM
 
@@ -106,3 +106,22 @@ def test_not_offered_on_the_cpu(descs):
     seed = ExpertCode().write(request(cpu, seed_index=0, n_seeds=4))
     first = _round(cpu, best_from_reply(seed), n=1)[0]
     assert HOST_PARAM not in first.params, first.origin
+
+
+def test_a_failed_graph_variant_is_not_repaired(descs):
+    """The replay failing (a host sync in forward, say) is not a kernel fault: fix mode gives up at
+    once instead of spending the fix budget on tiles of the same kernels."""
+    seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
+    graph = _round(descs["net"], best_from_reply(seed), n=1)[0]
+    failed = Attempt(
+        candidate=Candidate(
+            id="g", source=graph.source, stage="mapping", origin=graph.origin, params=graph.params
+        ),
+        compile=CompileReport(ok=True),
+        check=CheckReport(accepted=False, reasons=["run.error: trial 2: RuntimeError: capture failed"]),
+    )
+    diag = Diagnosis(rule="runtime", diagnosis="x", fix_plan="y")
+    r = ExpertCode().write(
+        request(descs["net"], mode="fix", stage=stage("mapping"), failed=failed, diagnosis=diag)
+    )
+    assert r.source is None and "CUDA-graph replay" in r.note
