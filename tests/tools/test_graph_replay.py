@@ -154,6 +154,12 @@ REPLAY = textwrap.dedent(
     n = len(runs)
     net(x)  # autograd records: eager
     steps["grad"] = {"ran_eagerly": len(runs) - n, "right": True}
+    many = Net()
+    for n in range(1, 12):  # eleven signatures: the oldest graphs are dropped
+        with torch.no_grad():
+            many(torch.ones(n, 4))
+            many(torch.ones(n, 4))
+    steps["kept_graphs"] = len(many.egg_graphs)
     writer = Net()
     writer.mutate = True
     steps["writer"] = [call(writer, v)["ran_eagerly"] for v in (1, 2, 3)]
@@ -192,4 +198,5 @@ def test_graph_call_runs_eagerly_once_then_replays_and_falls_back_when_the_modul
     assert r["replaced"]["ran_eagerly"] == 1 and r["replaced_next"]["ran_eagerly"] == 1
     assert r["eval"]["ran_eagerly"] == 1
     assert r["grad"]["ran_eagerly"] == 1
-    assert r["writer"] == [1, 1, 1]  # a forward that writes into its inputs is never replayed
+    assert r["writer"] == [1, 1, 1]
+    assert r["kept_graphs"] == 8  # a forward that writes into its inputs is never replayed

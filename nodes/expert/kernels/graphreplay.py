@@ -10,7 +10,7 @@ forward then reads `return graph_call(self, self.forward_eager, (x, ...))`.
 import torch
 
 
-def graph_call(module, forward, args):
+def graph_call(module, forward, args, max_graphs=8):
     """forward(*args), replayed as a CUDA graph once it has run eagerly for the same inputs'
     shapes, strides, dtypes and scalars.
 
@@ -23,7 +23,8 @@ def graph_call(module, forward, args):
     (a parameter or buffer replaced or moved, a train/eval switch); it is taken always for CPU
     tensors, with autograd recording (a replay would not rebuild its graph), inside another
     capture, and where a replay could differ from an eager call: a
-    forward that writes into its inputs, or outputs that are not tensors."""
+    forward that writes into its inputs, or outputs that are not tensors. One module's calls must
+    not overlap from several threads (they share the graph's input and output buffers)."""
     sig = graph_signature(args)
     if sig is None or torch.is_grad_enabled() or torch.cuda.is_current_stream_capturing():
         return forward(*args)
@@ -33,6 +34,9 @@ def graph_call(module, forward, args):
     if entry is not None and not graph_guards_hold(entry["guards"]):
         entry = None
     if entry is None:
+        if sig not in module.egg_graphs and len(module.egg_graphs) >= max_graphs:
+            # at most max_graphs signatures: the oldest one's graph and memory pool go first
+            module.egg_graphs.pop(next(iter(module.egg_graphs)))
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         before = [t._version for t in tensors]
         out = forward(*args)
