@@ -125,3 +125,19 @@ def test_a_failed_graph_variant_is_not_repaired(descs):
         request(descs["net"], mode="fix", stage=stage("mapping"), failed=failed, diagnosis=diag)
     )
     assert r.source is None and "CUDA-graph replay" in r.note
+
+
+def test_a_measured_host_bound_seed_is_replayed_first_by_the_algorithm_stage(descs):
+    """With the replay measured well under the call, the algorithm stage's refinement offers the
+    replay at once (a run out of time may never reach the mapping stage); without that
+    measurement the refinements are the algorithm's own."""
+    seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
+    plain = best_from_reply(seed)
+    host = plain.model_copy(
+        update={"timing": TimingReport(measured=True, candidate_ms=6.48, cudagraph_ms=0.56)}
+    )
+    r = ExpertCode().write(request(descs["net"], mode="refine", best=host))
+    assert r.origin == f"refine:{HOST_PARAM}={GRAPH_REPLAY}" and r.params[HOST_PARAM] == GRAPH_REPLAY
+    assert r.note.startswith("algorithm: ")
+    r = ExpertCode().write(request(descs["net"], mode="refine", best=plain))
+    assert r.source is None or HOST_PARAM not in r.params
