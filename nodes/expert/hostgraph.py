@@ -26,6 +26,9 @@ GRAPH_REPLAY = "graph"
 MIN_GROUPS = 4
 # A call this many times longer than its CUDA-graph replay is host-bound (the profiler says so).
 HOST_BOUND_RATIO = 1.25
+# Host time of one launch from a generated forward (Python launcher, Triton's launch path): the
+# H200's ResNet-18 candidate spent (6.48 - 0.56) ms on about 70 launches, some 85 us each.
+LAUNCH_MS = 0.05
 # Ops whose eager result differs from call to call: a replay would still draw new numbers from
 # PyTorch's generator, but a kernel seeded from the host would repeat its draws.
 RANDOM_OPS = frozenset(
@@ -43,6 +46,14 @@ def host_bound(timing: TimingReport | None) -> float | None:
     return timing.candidate_ms / timing.cudagraph_ms
 
 
+def _launches_negligible(timing: TimingReport | None) -> bool:
+    """A timed call too long for its few launches to matter (no replay was measured: fewer
+    launches than the runner's probe needs): at LAUNCH_MS each, under a tenth of the call."""
+    if timing is None or not timing.measured or not timing.candidate_ms or not timing.candidate_launches:
+        return False
+    return timing.candidate_launches * LAUNCH_MS < 0.1 * timing.candidate_ms
+
+
 def graph_replay_offered(
     desc: TaskDescription, view: GraphView, kernel_groups: int, timing: TimingReport | None = None
 ) -> str | None:
@@ -53,6 +64,8 @@ def graph_replay_offered(
         return None
     ratio = host_bound(timing)
     if ratio is not None and ratio < HOST_BOUND_RATIO:
+        return None
+    if ratio is None and _launches_negligible(timing):
         return None
     if any(n.op in RANDOM_OPS for n in view.nodes.values()):
         return None

@@ -81,6 +81,16 @@ def test_a_timing_that_shows_the_gpu_busy_is_not_given_the_graph_variant(descs):
     first = _round(descs["net"], waiting, n=1)[0]
     assert first.params.get(HOST_PARAM) == GRAPH_REPLAY
     assert "a call takes 6.4800 ms, its CUDA-graph replay 0.5600 ms" in first.note
+    # no replay measured (fewer launches than the probe needs): a long call of few launches
+    # gains nothing from a replay, a short one may
+    long_call = busy.model_copy(
+        update={"timing": TimingReport(measured=True, candidate_ms=5.0, candidate_launches=6)}
+    )
+    assert HOST_PARAM not in _round(descs["net"], long_call, n=1)[0].params
+    short = busy.model_copy(
+        update={"timing": TimingReport(measured=True, candidate_ms=0.5, candidate_launches=6)}
+    )
+    assert _round(descs["net"], short, n=1)[0].params.get(HOST_PARAM) == GRAPH_REPLAY
 
 
 def test_the_graph_variant_passes_the_sandboxed_check(descs):
