@@ -200,9 +200,19 @@ class ExpertCode:
         kind = "tune" if req.mode == "tune" else "refine"
         return self._reply(req, low, cand, f"{kind}:{HOST_PARAM}={GRAPH_REPLAY}", f"{req.stage.name}: {why}")
 
+    @staticmethod
+    def _is_replay_of_best(req: CodeRequest, params: dict[str, Any]) -> bool:
+        """`params` are the best kernel's own, replayed as a CUDA graph (the graph variant)."""
+        if params.get(HOST_PARAM) != GRAPH_REPLAY or req.best is None:
+            return False
+        best = req.best.candidate.params
+        return best.get(HOST_PARAM) != GRAPH_REPLAY and {
+            k: v for k, v in params.items() if k != HOST_PARAM
+        } == dict(best)
+
     def _fix(self, req: CodeRequest, low: Lowering) -> CodeReply:
         failed = req.failed
-        if failed is not None and failed.candidate.params.get(HOST_PARAM) == GRAPH_REPLAY:
+        if failed is not None and self._is_replay_of_best(req, failed.candidate.params):
             # the same kernels verified when launched one by one: what failed is the replay of
             # this forward (a host sync, a data-dependent launch), which no tile or algorithm fixes
             return CodeReply(

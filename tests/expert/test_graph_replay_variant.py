@@ -119,8 +119,9 @@ def test_not_offered_on_the_cpu(descs):
 
 
 def test_a_failed_graph_variant_is_not_repaired(descs):
-    """The replay failing (a host sync in forward, say) is not a kernel fault: fix mode gives up at
-    once instead of spending the fix budget on tiles of the same kernels."""
+    """The replay of a verified kernel failing (a host sync in forward, say) is not a kernel fault:
+    fix mode gives up at once instead of spending the fix budget on tiles of the same kernels. A
+    failed variant of a kernel that already replays is repaired as usual."""
     seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
     graph = _round(descs["net"], best_from_reply(seed), n=1)[0]
     failed = Attempt(
@@ -131,10 +132,20 @@ def test_a_failed_graph_variant_is_not_repaired(descs):
         check=CheckReport(accepted=False, reasons=["run.error: trial 2: RuntimeError: capture failed"]),
     )
     diag = Diagnosis(rule="runtime", diagnosis="x", fix_plan="y")
-    r = ExpertCode().write(
-        request(descs["net"], mode="fix", stage=stage("mapping"), failed=failed, diagnosis=diag)
-    )
+    best = best_from_reply(seed)
+    fix = request(descs["net"], mode="fix", stage=stage("mapping"), best=best, failed=failed, diagnosis=diag)
+    r = ExpertCode().write(fix)
     assert r.source is None and "CUDA-graph replay" in r.note
+    # a tiling variant of a replaying best kernel that failed is repaired as any other
+    replaying = best_from_reply(graph, stage="mapping")
+    tiled = _round(descs["net"], replaying, "tiling", 1)[0]
+    failed_tile = failed.model_copy(
+        update={
+            "candidate": failed.candidate.model_copy(update={"params": tiled.params, "source": tiled.source})
+        }
+    )
+    r = ExpertCode().write(fix.model_copy(update={"best": replaying, "failed": failed_tile}))
+    assert r.source is not None and r.params.get(HOST_PARAM) == GRAPH_REPLAY, r.note
 
 
 def test_a_measured_host_bound_seed_is_replayed_first_by_the_algorithm_stage(descs):
