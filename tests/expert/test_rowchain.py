@@ -40,7 +40,7 @@ ONE_KERNEL = {
 OTHERS = {
     "softmax_times_sum": task("return x.softmax(-1) * x.sum(-1, keepdim=True)", "torch.randn(33, 777)"),
     "centered_cumsum": task("return (x - x.mean(-1, keepdim=True)).cumsum(-1)", "torch.randn(4, 7, 301)"),
-    "ln_plain_sum": task("return F.layer_norm(x, (301,)).sum(-1)", "torch.randn(3, 11, 301)"),
+    "ln_plain_sum": task("return F.layer_norm(x, (301,)).abs().sum(-1)", "torch.randn(3, 11, 301)"),
     "logsoftmax_min": task(
         "y = F.log_softmax(x * 2.0, dim=-1)\nreturn y.amin(-1, keepdim=True) + 1.0", "torch.randn(17, 500)"
     ),
@@ -52,7 +52,9 @@ OTHERS = {
         init_args="129",
     ),
     # the normalised shape written from the input's size: host lines, the chain one group
-    "ln_size_arg": task("return F.layer_norm(x, (x.shape[-1],)).sum(-1)", "torch.randn(5, 257)"),
+    # (a plain sum of a layer norm is 0 up to rounding, so its check would hinge on cancellation
+    # noise from random inputs: these two sum values that do not cancel)
+    "ln_size_arg": task("return (F.layer_norm(x, (x.shape[-1],)) * x).sum(-1)", "torch.randn(5, 257)"),
 }
 LONG = task("return torch.cumsum(x, dim=1) / x.sum(dim=1, keepdim=True)", "torch.rand(3, 20001) + 0.1")
 # a per-row sum without keepdim broadcast against the rows (square, so torch accepts it)
