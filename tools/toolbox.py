@@ -31,7 +31,7 @@ from graph.reducers import MIN_NOISE, beats  # noqa: F401  (beats re-exported: t
 from tools.errors import BadTaskError, ToolInfraError
 from tools.protocol import Job, JobResult
 from tools.sandbox import run_job
-from tools.worker.gpumem import SLOTS  # the GPU's memory shares: a retried OOM job asks for all
+from tools.worker.gpumem import SLOTS  # the GPU's memory shares: an OOM's last try asks for all
 
 _log = structlog.get_logger("egg.tools")
 
@@ -125,7 +125,7 @@ class Toolbox:
             # (describe, a lone check): the toolbox cannot tell how much more it needs
             return SLOTS
         with self._lock:
-            entry = self._peak.setdefault(self._task_key_of(job), {})
+            entry = self._peak.setdefault(self._key(job.task_source, job.size_overrides), {})
             # a screened job held the task's screening shares; any other, its check's
             slot = "screen_units" if entry.get("screen_units") == held else "memory_units"
             known = entry.get(slot)
@@ -133,10 +133,6 @@ class Toolbox:
             # this task's later jobs of the same kind ask for as much
             entry[slot] = units
         return units
-
-    @staticmethod
-    def _task_key_of(job: Job) -> str:
-        return Toolbox._key(job.task_source, job.size_overrides)
 
     @staticmethod
     def _task_key(task: TaskSpec) -> str:

@@ -26,8 +26,9 @@ GRAPH_REPLAY = "graph"
 MIN_GROUPS = 4
 # A call this many times longer than its CUDA-graph replay is host-bound (the profiler says so).
 HOST_BOUND_RATIO = 1.25
-# Host time of one launch from a generated forward (Python launcher, Triton's launch path): the
-# H200's ResNet-18 candidate spent (6.48 - 0.56) ms on about 70 launches, some 85 us each.
+# Host time of one launch from a generated forward (Python launcher, Triton's launch path), on
+# the low side: the H200's ResNet-18 candidate spent (6.48 - 0.56) ms on about 70 launches, some
+# 85 us each.
 LAUNCH_MS = 0.05
 # Ops whose eager result differs from call to call: a replay would still draw new numbers from
 # PyTorch's generator, but a kernel seeded from the host would repeat its draws.

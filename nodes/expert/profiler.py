@@ -72,8 +72,9 @@ class ExpertProfiler:
             bottleneck = "compute" if intensity > 60 else "memory"
             evidence.append(f"arithmetic intensity {intensity:.1f} FLOP/byte")
         ratio = host_bound(timing)
-        if ratio is not None and ratio >= HOST_BOUND_RATIO:
-            assert timing is not None and timing.cudagraph_ms is not None
+        launching = ratio is not None and ratio >= HOST_BOUND_RATIO
+        if launching:
+            assert ratio is not None and timing is not None and timing.cudagraph_ms is not None
             bottleneck = "latency"
             evidence.append(
                 f"host-bound: a call takes {timing.candidate_ms:.4f} ms, the same "
@@ -81,7 +82,7 @@ class ExpertProfiler:
                 f"{timing.cudagraph_ms:.4f} ms: launching costs {1 - 1 / ratio:.0%} of the call"
             )
         plan = _PLANS[bottleneck]
-        if ratio is not None and ratio >= HOST_BOUND_RATIO:
+        if launching:
             plan = (
                 "host-bound: the GPU waits for the launches — replay the forward as one CUDA graph "
                 "(host=graph) or launch fewer kernels; tiles, warps and stages cannot help here"
