@@ -486,9 +486,12 @@ def _duration(seconds: float | None) -> str:
 class _Tally:
     """Counts of one eval (done, verified, failed, running, queued) and a throughput ETA."""
 
-    def __init__(self, total: int, skipped: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, total: int, skipped: int, clock: Callable[[], float] = time.monotonic, skipped_verified: int = 0
+    ):
+        # tasks done by an earlier run (--resume) count in done, verified and failed from the start
         self.total, self.skipped, self.done = total, skipped, skipped
-        self.verified = self.failed = 0
+        self.verified, self.failed = skipped_verified, skipped - skipped_verified
         self.running: list[str] = []
         self.clock = clock
         self.t0 = clock()
@@ -536,8 +539,9 @@ class _PlainProgress(_Tally):
         stream: Any = None,
         interval_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        skipped_verified: int = 0,
     ):
-        super().__init__(total, skipped, clock)
+        super().__init__(total, skipped, clock, skipped_verified)
         self.stream = stream or sys.stdout
         self.interval_s = interval_s
         self._last = self.t0
@@ -608,10 +612,11 @@ class _RichProgress(_Tally):
         skipped: int,
         console: Any = None,
         stage_of: Callable[[str], str | None] | None = None,
+        skipped_verified: int = 0,
     ):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        super().__init__(total, skipped)
+        super().__init__(total, skipped, skipped_verified=skipped_verified)
         # Fields are plain text (markup=False): a task id such as "[x]" must print as written.
         self.progress = Progress(
             TextColumn("eval", markup=False),
@@ -668,11 +673,11 @@ class _RichProgress(_Tally):
 
 
 def _make_progress(
-    total: int, skipped: int, stage_of: Callable[[str], str | None]
+    total: int, skipped: int, stage_of: Callable[[str], str | None], skipped_verified: int = 0
 ) -> _PlainProgress | _RichProgress:
     if sys.stdout.isatty():
-        return _RichProgress(total, skipped, stage_of=stage_of)
-    return _PlainProgress(total, skipped)
+        return _RichProgress(total, skipped, stage_of=stage_of, skipped_verified=skipped_verified)
+    return _PlainProgress(total, skipped, skipped_verified=skipped_verified)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1017,6 +1022,7 @@ def eval_command(
         len(tasks),
         len(tasks) - len(todo),
         lambda tid: current_stage(out_dir / "tasks" / tid / "optimize.log"),
+        skipped_verified=len({r["task"] for r in existing if r["task"] in task_ids and r.get("verified")}),
     )
 
     def on_row(row: dict[str, Any]) -> None:

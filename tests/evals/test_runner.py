@@ -293,7 +293,8 @@ def test_plain_progress_prints_periodic_status_lines_without_markup() -> None:
 
     now = [100.0]
     buf = io.StringIO()
-    p = _PlainProgress(5, 1, stream=buf, interval_s=30.0, clock=lambda: now[0])
+    # one task done by an earlier run (--resume), and it verified: counted from the first line
+    p = _PlainProgress(5, 1, stream=buf, interval_s=30.0, clock=lambda: now[0], skipped_verified=1)
     p.started("a")
     p.started("b")
     now[0] += 10
@@ -306,10 +307,10 @@ def test_plain_progress_prints_periodic_status_lines_without_markup() -> None:
     p.close()
     lines = buf.getvalue().splitlines()
     assert lines[0] == "resume: 1 task(s) already done, 4 to run"
-    assert lines[1] == ("eval: done 1/5 (0 verified, 0 failed), running 2, queued 2, elapsed 35s, ETA ?")
+    assert lines[1] == ("eval: done 1/5 (1 verified, 0 failed), running 2, queued 2, elapsed 35s, ETA ?")
     # One task in 35 s, three left: ETA 1m45s at this run's rate.
     assert lines[2] == ("[2/5] a: verified, speedup not measured (35.0s); running 1, queued 2, ETA 1m45s")
-    assert lines[3].startswith("eval: done 2/5 (1 verified, 0 failed), running 1, queued 2, elapsed 1m06s")
+    assert lines[3].startswith("eval: done 2/5 (2 verified, 0 failed), running 1, queued 2, elapsed 1m06s")
     text = buf.getvalue()
     assert "\x1b" not in text and "\r" not in text and "[/" not in text  # no escapes, no rich markup
 
