@@ -18,7 +18,7 @@ from . import spaces
 from .assemble import group_at_line
 from .debugger import failing_line
 from .graphview import Unsupported
-from .hostgraph import GRAPH_REPLAY, HOST_PARAM, graph_replay_offered, host_bound
+from .hostgraph import GRAPH_REPLAY, HOST_PARAM, graph_replay_offered, host_bound, host_bound_at_seed
 from .lowering import Lowering, Unit, lower, own, replace_unit
 from .partition import group_cost
 
@@ -37,6 +37,10 @@ def units_by_cost(low: Lowering) -> list[Unit]:
     if len(low.units) == 1:
         return list(low.units)
     return sorted(low.units, key=lambda u: -group_cost(low.view, u.group) if u.group else 0.0)
+
+
+# The first seed's kernels replayed as a CUDA graph, offered at seed time (ExpertCode._graph_seed).
+GRAPH_SEED_ORIGIN = f"seed:{HOST_PARAM}={GRAPH_REPLAY}"
 
 
 class ExpertCode:
@@ -101,8 +105,22 @@ class ExpertCode:
     # -- modes -----------------------------------------------------------------------------
 
     def _seed(self, req: CodeRequest, low: Lowering) -> CodeReply:
-        params = low.seed(req.seed_index, req.policy)
         n = low.seed_count(req.policy)
+        k = req.seed_index
+        graph = self._graph_seed(req, low, n)
+        if graph is not None:
+            slot, cand, why = graph
+            if k == slot:
+                return self._reply(
+                    req,
+                    low,
+                    cand,
+                    GRAPH_SEED_ORIGIN,
+                    f"{low.summary()} seed 1/{n} replayed as one CUDA graph per call: {why}",
+                )
+            if k > slot:
+                k -= 1  # the plain seeds after the replay's slot move down one
+        params = low.seed(k, req.policy)
         if params is None:
             return CodeReply(
                 source=None,
@@ -114,11 +132,28 @@ class ExpertCode:
             req,
             low,
             params,
-            f"seed:{params['algorithm']}"
-            if low.at(params).kind == "whole"
-            else f"seed:{PARTITION_SEED}{req.seed_index}",
-            f"{low.at(params).summary()} seed {req.seed_index + 1}/{n}: {what} with default tiling",
+            f"seed:{params['algorithm']}" if low.at(params).kind == "whole" else f"seed:{PARTITION_SEED}{k}",
+            f"{low.at(params).summary()} seed {k + 1}/{n}: {what} with default tiling",
         )
+
+    def _graph_seed(self, req: CodeRequest, low: Lowering, n: int) -> tuple[int, dict[str, Any], str] | None:
+        """(slot, params, why) for the first seed replayed as a CUDA graph when the forward looks
+        host-bound before anything ran (hostgraph.host_bound_at_seed): a slot no plain seed
+        fills, else the second (the first stays plain: the replay runs the same kernels, and a
+        failure of either tells the other apart). None with one seed or when not offered."""
+        if req.n_seeds < 2:
+            return None
+        base = low.seed(0, req.policy)
+        if base is None:
+            return None
+        groups = low.at(base).kernel_groups()
+        if graph_replay_offered(req.desc, low.view, groups) is None:
+            return None
+        why = host_bound_at_seed(req.desc, groups)
+        cand = {**base, HOST_PARAM: GRAPH_REPLAY}
+        if why is None or not low.valid(cand):
+            return None
+        return (n if n < req.n_seeds else 1), cand, why
 
     def _refine(self, req: CodeRequest, low: Lowering) -> CodeReply:
         base = self._base(req, low)
@@ -212,9 +247,13 @@ class ExpertCode:
 
     def _fix(self, req: CodeRequest, low: Lowering) -> CodeReply:
         failed = req.failed
-        if failed is not None and self._is_replay_of_best(req, failed.candidate.params):
-            # the same kernels verified when launched one by one: what failed is the replay of
-            # this forward (a host sync, a data-dependent launch), which no tile or algorithm fixes
+        if failed is not None and (
+            self._is_replay_of_best(req, failed.candidate.params)
+            or failed.candidate.origin == GRAPH_SEED_ORIGIN
+        ):
+            # the same kernels verified when launched one by one (or, for the replayed seed, are
+            # checked so in seed 1's own branch): what failed is the replay of this forward (a
+            # host sync, a data-dependent launch), which no tile or algorithm fixes
             return CodeReply(
                 source=None,
                 family=low.family,

@@ -30,6 +30,10 @@ HOST_BOUND_RATIO = 1.25
 # the low side: the H200's ResNet-18 candidate spent (6.48 - 0.56) ms on about 70 launches, some
 # 85 us each.
 LAUNCH_MS = 0.05
+# GPU rates for the seed-time estimate of a forward's GPU work (H200: fp32 FMA and HBM): flops at
+# the fp32 FMA rate, bytes at the HBM rate, whichever takes longer.
+FP32_FLOPS_PER_MS = 67e9
+HBM_BYTES_PER_MS = 4.3e9
 # Ops whose eager result differs from call to call: a replay would still draw new numbers from
 # PyTorch's generator, but a kernel seeded from the host would repeat its draws.
 RANDOM_OPS = frozenset(
@@ -81,6 +85,24 @@ def graph_replay_offered(
             f"; a call takes {timing.candidate_ms:.4f} ms, its CUDA-graph replay {timing.cudagraph_ms:.4f} ms"
         )
     return why + ": replaying them as one CUDA graph removes the host's launch cost"
+
+
+def host_bound_at_seed(desc: TaskDescription, kernel_groups: int) -> str | None:
+    """Why the forward is likely host-bound before anything was timed, or None: launching its
+    kernel groups one by one (LAUNCH_MS each) costs the host more than its GPU work is estimated
+    to take (the task's flops at the fp32 FMA rate, its bytes at the HBM rate). ResNet-18 at
+    batch 2 has about 7 GFLOP for some 50 groups (0.11 ms of GPU work, 2.5 ms of launches); VGG-16
+    at batch 10 has 310 GFLOP for about 20 (4.6 ms against 1 ms): only the first is host-bound."""
+    if not desc.flops and not desc.bytes_moved:
+        return None
+    gpu_ms = max((desc.flops or 0.0) / FP32_FLOPS_PER_MS, (desc.bytes_moved or 0.0) / HBM_BYTES_PER_MS)
+    host_ms = kernel_groups * LAUNCH_MS
+    if host_ms < gpu_ms:
+        return None
+    return (
+        f"launching {kernel_groups} kernel groups one by one costs the host about {host_ms:.2f} ms a "
+        f"call, more than the {gpu_ms:.3f} ms its GPU work is estimated to take"
+    )
 
 
 def with_graph_replay(source: str, desc: TaskDescription) -> str:

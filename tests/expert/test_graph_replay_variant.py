@@ -118,19 +118,24 @@ def test_not_offered_on_the_cpu(descs):
     assert HOST_PARAM not in first.params, first.origin
 
 
+def _capture_failed(reply, stage_name: str) -> Attempt:
+    """`reply`'s candidate, compiled, whose check failed in the graph capture."""
+    return Attempt(
+        candidate=Candidate(
+            id="g", source=reply.source, stage=stage_name, origin=reply.origin, params=reply.params
+        ),
+        compile=CompileReport(ok=True),
+        check=CheckReport(accepted=False, reasons=["run.error: trial 2: RuntimeError: capture failed"]),
+    )
+
+
 def test_a_failed_graph_variant_is_not_repaired(descs):
     """The replay of a verified kernel failing (a host sync in forward, say) is not a kernel fault:
     fix mode gives up at once instead of spending the fix budget on tiles of the same kernels. A
     failed variant of a kernel that already replays is repaired as usual."""
     seed = ExpertCode().write(request(descs["net"], seed_index=0, n_seeds=4))
     graph = _round(descs["net"], best_from_reply(seed), n=1)[0]
-    failed = Attempt(
-        candidate=Candidate(
-            id="g", source=graph.source, stage="mapping", origin=graph.origin, params=graph.params
-        ),
-        compile=CompileReport(ok=True),
-        check=CheckReport(accepted=False, reasons=["run.error: trial 2: RuntimeError: capture failed"]),
-    )
+    failed = _capture_failed(graph, "mapping")
     diag = Diagnosis(rule="runtime", diagnosis="x", fix_plan="y")
     best = best_from_reply(seed)
     fix = request(descs["net"], mode="fix", stage=stage("mapping"), best=best, failed=failed, diagnosis=diag)
@@ -162,3 +167,44 @@ def test_a_measured_host_bound_seed_is_replayed_first_by_the_algorithm_stage(des
     assert r.note.startswith("algorithm: ")
     r = ExpertCode().write(request(descs["net"], mode="refine", best=plain))
     assert r.source is None or HOST_PARAM not in r.params
+
+
+def _seeds(desc, n):
+    code = ExpertCode()
+    return [code.write(request(desc, seed_index=i, n_seeds=n)) for i in range(n)]
+
+
+def test_a_forward_of_little_gpu_work_gets_a_replayed_seed(descs):
+    """Before anything ran, a forward whose launches cost more than its estimated GPU work (the
+    task's flops and bytes at the GPU's rates) gets the first seed replayed as a CUDA graph among
+    the algorithm stage's seeds: in a slot no plain seed fills, else the second. Not offered with
+    one seed, for a forward of much GPU work, without the task's counts, or on the CPU."""
+    # the describe job's counts at these sizes: a few MFLOP and bytes, microseconds of GPU work
+    net = descs["net"].model_copy(update={"flops": 4e6, "bytes_moved": 2e6})
+    plain = [r for r in _seeds(net.model_copy(update={"device": "cpu"}), 8) if r.source is not None]
+    n = len(plain)
+    assert n >= 2  # the net's groups have several algorithms each
+    wide = _seeds(net, n + 1)  # one slot more than the plain seeds
+    assert [r.params for r in wide[:n]] == [r.params for r in plain]
+    assert wide[n].origin == f"seed:{HOST_PARAM}={GRAPH_REPLAY}"
+    assert wide[n].params == {**plain[0].params, HOST_PARAM: GRAPH_REPLAY}
+    assert "graph_call(self, self.forward_eager" in wide[n].source
+    assert "more than the" in wide[n].note and "estimated to take" in wide[n].note
+    full = _seeds(net, n)  # every slot taken: the replay is the second, the last plain seed waits
+    assert full[0].params == plain[0].params and full[1].params.get(HOST_PARAM) == GRAPH_REPLAY
+    assert [r.params for r in full[2:]] == [r.params for r in plain[1 : n - 1]]
+    assert _seeds(net, 1)[0].params == plain[0].params
+    heavy = net.model_copy(update={"flops": 1e12})  # some 15 ms of fp32 work: launches do not matter
+    assert all(HOST_PARAM not in (r.params or {}) for r in _seeds(heavy, n + 1))
+    uncounted = net.model_copy(update={"flops": None, "bytes_moved": None})
+    assert all(HOST_PARAM not in (r.params or {}) for r in _seeds(uncounted, n + 1))
+
+
+def test_a_failed_replayed_seed_is_not_repaired(descs):
+    graph = _seeds(descs["net"].model_copy(update={"flops": 4e6, "bytes_moved": 2e6}), 2)[1]
+    assert graph.params.get(HOST_PARAM) == GRAPH_REPLAY
+    diag = Diagnosis(rule="runtime", diagnosis="x", fix_plan="y")
+    r = ExpertCode().write(
+        request(descs["net"], mode="fix", failed=_capture_failed(graph, "algorithm"), diagnosis=diag)
+    )
+    assert r.source is None and "CUDA-graph replay" in r.note
