@@ -18,6 +18,7 @@ class _Task:
 def _checker(monkeypatch, alive_at_reference: list[int]):
     ck = check.Checker.__new__(check.Checker)
     ck.tolerance, ck.steps, ck.shapes, ck.degenerate = None, {}, [], None
+    ck._cuda, ck.memory = False, {}
     ck.stats = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False, "notes": []}
     made: list[weakref.ref] = []
 

@@ -21,6 +21,7 @@ class _Fake:
     def __init__(self, monkeypatch, wrong, reference_fails=lambda task: False):
         ck = check.Checker.__new__(check.Checker)
         ck.tolerance, ck.steps, ck.shapes, ck.degenerate = None, {}, [], None
+        ck._cuda, ck.memory = False, {}
         ck.stats = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False, "notes": []}
         ck.device = "cpu"
         self.ck, self.instance, self.calls_on_instance = ck, 0, 0

@@ -253,12 +253,20 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
         return res.payload
 
     screened = job(1e-6)
-    assert screened["screened"] and "check" not in screened
+    # on failure: the timing (refused?) or the compile that kept the job from being screened
+    why = {k: screened.get(k) for k in ("compile", "time", "check")}
+    assert screened.get("screened") and "check" not in screened, str(why)[:3000]
     assert screened["gpu"]["memory_units"] == 1 and "measured_units" not in screened["gpu"]
     assert screened["gpu"]["measured_screen_units"] >= 1
     contender = job(1e6)
     assert contender["check"]["accepted"] and contender["time"]["measured"]
     assert contender["gpu"]["memory_units"] == 3 and contender["gpu"]["measured_units"] >= 1
+    # where the check's memory went: the judge's peak per step, its live bytes during the
+    # runner's calls, and the two processes' peaks that the measured shares add up
+    g = contender["gpu"]
+    print("memory GiB:", {k: v for k, v in g.items() if "gib" in k})
+    assert 0 < g["judge_gib.reference"] <= g["judge_peak_gib"] and g["runner_peak_gib"] > 0
+    assert "judge_gib.live_at_call" in g and g["peak_gib"] >= g["judge_peak_gib"]
     # the timed section alone held the lock exclusively
     assert contender["phases"]["time.setup"] >= 0 and "time.wait_exclusive" in contender["phases"]
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from tools.sizes import second_shape_options
-from tools.worker import channel
+from tools.worker import channel, gpumem
 from tools.worker.common import (
     DELEGABLE,
     BadTask,
@@ -233,10 +233,17 @@ class Checker:
         self.degenerate: list[str] | None = None
         # Seconds of the judge's own steps over all trials (the runner's are runner.seconds).
         self.steps: dict[str, float] = {}
+        # On a GPU, the judge's peak allocated bytes per step over all trials, and its live bytes
+        # while the runner computes (what the two processes hold at once): where a check's
+        # memory goes, for the memory admission (tools/worker/gpumem.py).
+        self.memory: dict[str, int] = {}
+        self._cuda = self.device == "cuda" and torch.cuda.is_available()
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         t, first = time.monotonic(), name not in self.steps
+        if self._cuda:
+            gpumem.step_peak_start()
         try:
             yield
         finally:
@@ -244,6 +251,13 @@ class Checker:
             self.steps[name] = round(self.steps.get(name, 0.0) + dt, 3)
             if first:  # the first call apart: one-time costs (CUDA libraries, kernel loading)
                 self.steps[name + ".first"] = round(dt, 3)
+            if self._cuda:
+                self.memory[name] = max(self.memory.get(name, 0), gpumem.step_peak_end())
+
+    def note_live(self, key: str) -> None:
+        """The judge's allocated bytes now, kept as the largest seen under `key`."""
+        if self._cuda:
+            self.memory[key] = max(self.memory.get(key, 0), int(torch.cuda.memory_allocated()))
 
     def ask(self, op: str, **kw: Any) -> dict[str, Any]:
         try:
@@ -296,6 +310,7 @@ class Checker:
         need = sum(o.numel() * o.element_size() for o in native if isinstance(o, torch.Tensor))
         need += in_bytes if verify else 0
         channel.reserve(self.runner.slab, need)
+        self.note_live("judge.live_at_call")
         try:
             r = self.ask("call", input_seed=seed, return_inputs=verify, **kw)
         except Rejected as e:
@@ -578,6 +593,7 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         "degenerate": deg,
         "seconds": time.monotonic() - t0,
         "launches_per_forward": ck.launches,
+        "memory_gib": {k: round(v / 2**30, 3) for k, v in sorted(ck.memory.items())},
         "phases": {
             **lap.phases,
             **ck.steps,

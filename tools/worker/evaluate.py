@@ -30,7 +30,14 @@ import contextlib
 from typing import Any
 
 from tools.worker import gpulock
-from tools.worker.gpumem import gpu_memory, job_units, known_units, share_cpu_threads, units_with_margin
+from tools.worker.gpumem import (
+    gpu_memory,
+    job_units,
+    known_units,
+    process_peak,
+    share_cpu_threads,
+    units_with_margin,
+)
 from tools.worker.laps import Laps
 
 
@@ -142,7 +149,7 @@ def run_evaluate(job) -> dict[str, Any]:
             if bar:
                 # Screening: time first, and check only a contender (see `screened_out`).
                 timed = _timed(job, runner, lap, sub, out)
-                gpu["screen_peak_bytes"] = torch.cuda.max_memory_allocated() + runner.peak_bytes
+                gpu["screen_peak_bytes"] = process_peak() + runner.peak_bytes
                 why = screened_out(timed, bar)
                 if why is not None:
                     out["screened"] = why
@@ -174,8 +181,14 @@ def run_evaluate(job) -> dict[str, Any]:
         if cuda and torch.cuda.is_initialized():
             # Measured peak (this judge's and the runner's) vs the admission estimate: later jobs
             # of the task are admitted by the measured figure (tools/toolbox.py).
-            peak = torch.cuda.max_memory_allocated() + runner.peak_bytes
+            judge_peak = process_peak()
+            peak = judge_peak + runner.peak_bytes
             gpu["peak_gib"] = round(peak / 2**30, 3)
+            # the two processes' parts, and the judge's per check step (check.memory_gib)
+            gpu["judge_peak_gib"] = round(judge_peak / 2**30, 3)
+            gpu["runner_peak_gib"] = round(runner.peak_bytes / 2**30, 3)
+            for k, v in ((out.get("check") or {}).get("memory_gib") or {}).items():
+                gpu[f"judge_gib.{k.removeprefix('judge.')}"] = v
             if "check" in out:  # a job that never checked says nothing of the check's need
                 gpu["measured_units"] = units_with_margin(peak)
             if "screen_peak_bytes" in gpu:

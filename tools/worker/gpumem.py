@@ -116,6 +116,34 @@ def estimate_timing_bytes(task, sizes: tuple[int, int | None, int | None] | None
     return TIMING_COPIES * (in_b + p_b) + TIMING_OUTPUT_COPIES * out_b + FLUSH_BYTES
 
 
+# The process's peak allocated bytes before the last reset of PyTorch's peak counter: the judge
+# resets it per protocol step to see each step's own peak (step_peak_start / step_peak_end).
+_EARLIER_PEAK = [0]
+
+
+def step_peak_start() -> None:
+    """Begin a step's own peak: fold the counter into the process peak, then reset it."""
+    import torch
+
+    _EARLIER_PEAK[0] = max(_EARLIER_PEAK[0], int(torch.cuda.max_memory_allocated()))
+    torch.cuda.reset_peak_memory_stats()
+
+
+def step_peak_end() -> int:
+    """The peak allocated bytes since step_peak_start (the counter is not reset, so an enclosing
+    step's peak includes its inner steps')."""
+    import torch
+
+    return int(torch.cuda.max_memory_allocated())
+
+
+def process_peak() -> int:
+    """This process's peak allocated bytes since it started, over every step's reset."""
+    import torch
+
+    return max(_EARLIER_PEAK[0], int(torch.cuda.max_memory_allocated()))
+
+
 def units_for(peak_bytes: int, total: int) -> int:
     share = max(1, (total - RESERVED_BYTES) // SLOTS)
     return max(1, min(SLOTS, math.ceil(peak_bytes / share)))
