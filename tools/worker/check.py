@@ -301,7 +301,7 @@ class Checker:
             if is_oom(e):
                 raise InfraFault("oom", f"get_inputs() ran out of GPU memory: {one_line(e)}") from None
             raise BadTask(f"get_inputs() failed: {one_line(e)}") from None
-        return scaled(xs) if transform == "scaled" else xs
+        return scaled(xs, task.module) if transform == "scaled" else xs
 
     def call(self, name: str, seed: int, inputs: list[Any], native: list[Any], **kw: Any) -> list[Any]:
         """One forward in the runner on the inputs of `seed`; its outputs, read back here."""

@@ -36,6 +36,8 @@ from tools.worker.gpumem import (
     known_units,
     process_peak,
     share_cpu_threads,
+    step_peak_end,
+    step_peak_start,
     units_with_margin,
 )
 from tools.worker.laps import Laps
@@ -73,6 +75,23 @@ def _timed(job, runner, lap, sub, out: dict[str, Any]) -> dict[str, Any]:
     lap("time")
     sub("time")
     return out["time"]
+
+
+@contextlib.contextmanager
+def step_peak(gpu: dict[str, Any], step: str):
+    """The judge's own peak GiB during one step of the job, as gpu["judge_gib.<step>"] (the
+    check's own steps come from the check as judge_gib.<check step>), on a GPU only."""
+    import torch
+
+    on = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if on:
+        step_peak_start()
+    try:
+        yield
+    finally:
+        if on:
+            key = f"judge_gib.{step}"
+            gpu[key] = max(gpu.get(key, 0.0), round(step_peak_end() / 2**30, 3))
 
 
 def _screen_units(job) -> int | None:
@@ -140,7 +159,8 @@ def run_evaluate(job) -> dict[str, Any]:
                     units = job_units(job)
                     lap("estimate_memory")
                     admit(units)
-            out["compile"] = run_compile(job, runner)
+            with step_peak(gpu, "compile"):
+                out["compile"] = run_compile(job, runner)
             lap("compile")
             sub("compile")
             if not out["compile"].get("ok"):
@@ -148,7 +168,8 @@ def run_evaluate(job) -> dict[str, Any]:
             timed: dict[str, Any] | None = None
             if bar:
                 # Screening: time first, and check only a contender (see `screened_out`).
-                timed = _timed(job, runner, lap, sub, out)
+                with step_peak(gpu, "time"):
+                    timed = _timed(job, runner, lap, sub, out)
                 gpu["screen_peak_bytes"] = process_peak() + runner.peak_bytes
                 why = screened_out(timed, bar)
                 if why is not None:
@@ -163,7 +184,8 @@ def run_evaluate(job) -> dict[str, Any]:
                         runner.request("release")
                     mem.close()
                     admit(units, screening=False)
-            out["check"] = run_check(job, runner)
+            with step_peak(gpu, "check"):
+                out["check"] = run_check(job, runner)
             lap("check")
             sub("check")
             if not out["check"].get("accepted") or not cuda:
@@ -173,7 +195,8 @@ def run_evaluate(job) -> dict[str, Any]:
                 return out
             # Give the check's cached blocks back before waiting: the timer may need them.
             torch.cuda.empty_cache()
-            _timed(job, runner, lap, sub, out)
+            with step_peak(gpu, "time"):
+                _timed(job, runner, lap, sub, out)
         return out
     finally:
         # every wait of the process: memory shares and the lock, shared and exclusive

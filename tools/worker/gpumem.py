@@ -116,32 +116,40 @@ def estimate_timing_bytes(task, sizes: tuple[int, int | None, int | None] | None
     return TIMING_COPIES * (in_b + p_b) + TIMING_OUTPUT_COPIES * out_b + FLUSH_BYTES
 
 
-# The process's peak allocated bytes before the last reset of PyTorch's peak counter: the judge
-# resets it per protocol step to see each step's own peak (step_peak_start / step_peak_end).
+# Peak allocated bytes of this process before the last reset of PyTorch's peak counter, and of
+# each step still open: the judge resets the counter per step to see each step's own peak, and
+# steps nest (the check's steps inside the evaluate job's check step).
 _EARLIER_PEAK = [0]
+_OPEN: list[int] = []
+
+
+def _fold() -> None:
+    import torch
+
+    p = int(torch.cuda.max_memory_allocated())
+    _EARLIER_PEAK[0] = max(_EARLIER_PEAK[0], p)
+    _OPEN[:] = [max(v, p) for v in _OPEN]
 
 
 def step_peak_start() -> None:
-    """Begin a step's own peak: fold the counter into the process peak, then reset it."""
+    """Open a step: its peak starts at the bytes allocated now."""
     import torch
 
-    _EARLIER_PEAK[0] = max(_EARLIER_PEAK[0], int(torch.cuda.max_memory_allocated()))
+    _fold()
     torch.cuda.reset_peak_memory_stats()
+    _OPEN.append(int(torch.cuda.memory_allocated()))
 
 
 def step_peak_end() -> int:
-    """The peak allocated bytes since step_peak_start (the counter is not reset, so an enclosing
-    step's peak includes its inner steps')."""
-    import torch
-
-    return int(torch.cuda.max_memory_allocated())
+    """Close the innermost open step: its peak allocated bytes, inner steps' included."""
+    _fold()
+    return _OPEN.pop()
 
 
 def process_peak() -> int:
     """This process's peak allocated bytes since it started, over every step's reset."""
-    import torch
-
-    return max(_EARLIER_PEAK[0], int(torch.cuda.max_memory_allocated()))
+    _fold()
+    return _EARLIER_PEAK[0]
 
 
 def units_for(peak_bytes: int, total: int) -> int:
