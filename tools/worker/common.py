@@ -218,6 +218,36 @@ def same_values(x: torch.Tensor, y: torch.Tensor, chunk: int = SAME_CHUNK) -> bo
     return all(part(xf[s:e], yf[s:e]) for s, e in chunk_ranges(xf.numel(), chunk))
 
 
+def fingerprint(x: torch.Tensor, chunk: int = SAME_CHUNK) -> tuple[int, int] | torch.Tensor:
+    """What the tensor's bytes hash to: the sum of its 4-byte (or 1-byte) words and their sum
+    weighted by position, both mod 2**64, taken a chunk at a time (temporaries of a few bytes per
+    element of one chunk). Any change to a word changes the first sum; a swap of two words, the
+    second. A non-contiguous tensor's fingerprint is a copy of it. For the runner's claim that a
+    forward left its multi-GB inputs unchanged, where a pristine copy would be one more input's
+    worth of GPU memory; the claim is the candidate process's own either way."""
+    x = x.detach()
+    if not x.is_contiguous():
+        return x.clone()
+    words = x.reshape(-1).view(torch.uint8)
+    if words.numel() % 4 == 0:
+        with contextlib.suppress(RuntimeError):  # a storage offset not 4-byte aligned: bytes
+            words = words.view(torch.int32)
+    total = weighted = 0
+    mask = (1 << 64) - 1
+    for s, e in chunk_ranges(words.numel(), chunk):
+        w = words[s:e].to(torch.int64)
+        pos = torch.arange(s + 1, e + 1, device=w.device, dtype=torch.int64)
+        total = (total + int(w.sum())) & mask
+        weighted = (weighted + int((w * pos).sum())) & mask
+    return total, weighted
+
+
+def same_fingerprint(a: tuple[int, int] | torch.Tensor, b: tuple[int, int] | torch.Tensor) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_values(a, b)
+    return a == b
+
+
 def upcast_copies(xs: list[Any]) -> list[Any]:
     """Fresh copies of the inputs with floating tensors in float64: one new tensor each (the
     float64 conversion is the copy), not a clone and then a float64 copy of the clone."""

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from tools.worker.common import as_outputs, clone_inputs, load_task, to_device
+from tools.worker.common import as_outputs, load_task, to_device
 from tools.worker.laps import Laps
 
 # A stage timing leaves it to the runner whether to time the forward's CUDA-graph replay too
@@ -480,7 +480,9 @@ def _wall_check(
     fresh = to_device(task.inputs(seed, "cuda"), "cuda")
     torch.cuda.synchronize()
     gen_s = time.perf_counter() - t_gen
-    want = as_outputs(ref(*clone_inputs(fresh)))
+    # the reference's own inputs, no copy: the runner makes its own from the seed
+    want = as_outputs(ref(*fresh))
+    del fresh
     out_bytes = sum(o.numel() * o.element_size() for o in want if isinstance(o, torch.Tensor))
     _size_slab(runner, want)
     t_send = time.perf_counter()
