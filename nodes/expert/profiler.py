@@ -265,10 +265,12 @@ def _gemm(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reas
             out.append(
                 (
                     "3xTF32 issues three tensor-core MMAs per product (fp32 accuracy) and splits "
-                    "every operand tile in registers inside the K loop; splitting the operands once "
-                    "before the GEMM takes that out of the loop, deeper pipelines hide it, TF32 is "
-                    "one MMA if the checker accepts it.",
-                    ["algorithm=tiled-presplit", "num_stages", "BLOCK_K"],
+                    "every operand tile in registers inside the K loop, B's halves written back to "
+                    "shared memory each step (at 128x128 tiles the sm_90 kernel spills registers); "
+                    "splitting B once before the GEMM (A stays in registers) or both operands takes "
+                    "that out of the loop, deeper pipelines hide it, TF32 is one MMA if the checker "
+                    "accepts it.",
+                    ["PRECISION=tf32x3-bsplit", "algorithm=tiled-presplit", "num_stages", "BLOCK_K"],
                 )
             )
     return out

@@ -60,6 +60,11 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     "bmm_presplit": ("mm11_bmm_ragged.py", {"BATCH": 3, "M": 37, "K": 53, "N": 41}, "gemm", "tiled"),
     # K split at launch into chunks (the last one ragged), partials reduced in a second kernel
     "large_k_splitk": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
+    # the same with B split once before the GEMM (TF32 high / fp32 low, K-major, padded) and A
+    # split in registers every K step ("tf32x3-bsplit", the split-k refinement)
+    "large_k_bsplit": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
+    # B split once for the tiled kernel, ragged M, N, K (EVEN_K false: masked A and B loads)
+    "mm_bsplit": ("mm10_matmul_ragged.py", {"M": 67, "K": 45, "N": 71}, "gemm", "tiled"),
     # 4x4 windows, stride 1, padding 1: 8 output rows per tile share 11 input rows
     "maxpool_rows": (
         "pl06_maxpool2d_overlap.py",
@@ -129,6 +134,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         for case in ("mm_presplit", "bmm_presplit")
     },
     "convt_tail_nchw": {"CHANNELS_LAST": False},
+    "large_k_bsplit": {"PRECISION": "tf32x3-bsplit"},
+    "mm_bsplit": {
+        "PRECISION": "tf32x3-bsplit",
+        "KMAJOR": False,
+        "BLOCK_M": 64,
+        "BLOCK_N": 64,
+        "BLOCK_K": 32,
+        "num_warps": 4,
+    },
 }
 
 # Tasks not in the suite, as sources.
@@ -366,6 +380,12 @@ def test_gemm_refinements_offer_tf32_last(descs):
     params = _reply(descs, "mm_ragged_kmajor").params
     refs = fam.refinements(plan, params)
     assert refs and refs[-1][0] == "refine:tf32" and refs[-1][1]["PRECISION"] == "tf32"
+    # B split once before the GEMM comes first for tiled and split-k 3xTF32 kernels
+    assert refs[0][0] == "refine:3xtf32-bsplit" and refs[0][1]["PRECISION"] == "tf32x3-bsplit"
+    split = _reply(descs, "large_k_splitk").params
+    assert fam.refinements(plan, split)[0][1] == dict(split, PRECISION="tf32x3-bsplit")
+    assert fam.valid(plan, dict(params, algorithm="tiled-persistent", PRECISION="tf32x3-bsplit"))
+    assert fam.safer(plan, dict(params, PRECISION="tf32x3-bsplit"), "mismatch")[0][1]["PRECISION"] == "ieee"
     fixes = fam.safer(plan, dict(params, PRECISION="tf32"), "mismatch")
     assert fixes[0][1]["PRECISION"] == "tf32x3"
 

@@ -15,7 +15,8 @@ Algorithms (the seeds):
                  every tile in registers inside the K loop (for GEMMs whose M and N are large
                  enough that the split's extra operand traffic is small next to the MMAs)
 Parameters shared by the tl.dot algorithms: PRECISION (fp32 operands: tf32x3 by default, ieee,
-or tf32 as a last refinement the checker judges; reports show it) and KMAJOR (copy operands that
+tf32x3-bsplit for tiled and split-k (B split once before the GEMM, A in registers), or tf32 as a
+last refinement the checker judges; reports show it) and KMAJOR (copy operands that
 are not K-major, or whose K rows are not 16-byte aligned, into K-major buffers with K zero-padded to
 BLOCK_K: 16-byte async copies for the TF32 MMAs and a mask-free K loop; on by default where the
 copy is cheap next to the GEMM). Output tiles are sized from the shape (halved while they would
@@ -270,6 +271,13 @@ PERSISTENT = "tiled-persistent"
 PRESPLIT = "tiled-presplit"
 DOT_ALGOS = ("tiled", "tiled-ieee", "split-k", PERSISTENT, PRESPLIT)
 PRESPLIT_PRECISION = "tf32x3-presplit"
+# 3xTF32 with B split once before the GEMM (kernels/tf32split.py) and A split in registers in the
+# K loop: the A operand of an sm_90 TF32 MMA may come from registers, B must come from shared
+# memory. Triton's own tf32x3 splits both loaded tiles in registers, so its B halves go back to
+# shared memory every K step (the sm_90 TTGIR shows B as an unpipelined shared buffer); split
+# once, B and its low part stream straight into pipelined buffers, and A costs no extra traffic
+# (for split-k's small M x N, A is the long operand that a full presplit would copy twice over).
+BSPLIT_PRECISION = "tf32x3-bsplit"
 
 
 def _presplit_pays(plan: GemmPlan) -> bool:
@@ -405,8 +413,10 @@ def dot_tile_problem(params: dict[str, Any]) -> str | None:
     # Shared memory for the pipelined operand tiles (fp32: 4 bytes; one buffer per stage, as
     # Triton 3.6 allocates them for sm_90) must fit in the 227 KB a block may have.
     stages = params.get("num_stages", 3)
-    parts = 2 if params.get("PRECISION") == PRESPLIT_PRECISION else 1  # high and low operand tiles
-    if (bm * bk + bk * bn) * 4 * parts * max(stages, 1) > 224 * 1024:
+    prec = params.get("PRECISION")
+    a_parts = 2 if prec == PRESPLIT_PRECISION else 1  # high and low operand tiles
+    b_parts = 2 if prec in (PRESPLIT_PRECISION, BSPLIT_PRECISION) else 1
+    if (bm * bk * a_parts + bk * bn * b_parts) * 4 * max(stages, 1) > 224 * 1024:
         return "operand tiles exceed shared memory"
     if bm * bn > 128 * 256:
         return "accumulator too large for the register file"
@@ -423,6 +433,10 @@ def valid(plan: GemmPlan, params: dict[str, Any]) -> str | None:
         return None if params["BLOCK_V"] >= 32 else "BLOCK_V below one warp"
     if algo not in ("split-k", GEMV) and params.get("SPLIT_K", 1) != 1:
         return "SPLIT_K applies to split-k only"
+    if params.get("PRECISION") == BSPLIT_PRECISION and (
+        algo not in ("tiled", "split-k") or plan.dtype != "float32"
+    ):
+        return "tf32x3-bsplit applies to fp32 tiled and split-k only"
     if algo == "split-k" and params.get("SPLIT_K", 0) < 0:
         return "SPLIT_K must be 0 (sized at launch) or a chunk count"
     return dot_tile_problem(params)
@@ -440,7 +454,12 @@ def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list
     if params["algorithm"] == GEMV:
         return GEMV_SPACE.get(stage, {})
     sp = dict(sp)
-    if stage == "memory" and params["algorithm"] in DOT_ALGOS and params["algorithm"] != PRESPLIT:
+    if (
+        stage == "memory"
+        and params["algorithm"] in DOT_ALGOS
+        and params["algorithm"] != PRESPLIT
+        and params.get("PRECISION") != BSPLIT_PRECISION  # B is K-major already, A is read as it is
+    ):
         sp["KMAJOR"] = [not params.get("KMAJOR", False)]
     if params["algorithm"] == "split-k" and stage == "mapping":
         # SPLIT_K 0 sizes the split at launch (PROGS_PER_SM programs per SM)
@@ -495,6 +514,15 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
                 "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
             )
         )
+    if params["algorithm"] in ("tiled", "split-k") and params.get("PRECISION") == "tf32x3":
+        out.append(
+            (
+                "refine:3xtf32-bsplit",
+                dict(params, PRECISION=BSPLIT_PRECISION),
+                "3xTF32 with B split once before the GEMM and A split in registers: no B halves "
+                "written back to shared memory every K step, B streamed into pipelined buffers",
+            )
+        )
     if params["algorithm"] in DOT_ALGOS and params.get("PRECISION") == "tf32x3":
         # fp32 matmuls are not TF32 in PyTorch by default (torch.backends.cuda.matmul.allow_tf32 is
         # False), so plain TF32 passes only where the checker's bar (fp64 reference, tolerance plus
@@ -529,7 +557,7 @@ def safer(plan: GemmPlan, params: dict[str, Any], rule: str) -> list[tuple[str, 
                     "3xTF32 dot products in case TF32 rounding exceeds the tolerance",
                 )
             ]
-        if prec in ("tf32x3", PRESPLIT_PRECISION):
+        if prec in ("tf32x3", PRESPLIT_PRECISION, BSPLIT_PRECISION):
             algo = "tiled-ieee" if params["algorithm"] in ("tiled", PRESPLIT) else params["algorithm"]
             return [
                 (
@@ -589,20 +617,47 @@ def _row_combine(plan: GemmPlan, tile: str) -> str:
     return f"{fn}(tl.where(cmask, {tile}, {_RED_IDENTITY[plan.reduce or 'sum']}), 1)"
 
 
-def _k_loop(prec: str, indent: str = "") -> list[str]:
-    return [
-        f"{indent}for k0 in range(0, K, BLOCK_K):",
-        f"{indent}    if EVEN_K:",
-        f"{indent}        a = tl.load(a_ptrs)",
-        f"{indent}        b = tl.load(b_ptrs)",
-        f"{indent}    else:",
-        f"{indent}        kmask = (k0 + rk) < K",
-        f"{indent}        a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
-        f"{indent}        b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
-        f"{indent}    acc = tl.dot(a, b, acc{prec})",
-        f"{indent}    a_ptrs += BLOCK_K * s_ak",
-        f"{indent}    b_ptrs += BLOCK_K * s_bk",
+def _k_loop(prec: str, indent: str = "", bsplit: bool = False) -> list[str]:
+    bl = ["        bl = tl.load(bl_ptrs)"] if bsplit else []
+    bl_masked = ["        bl = tl.load(bl_ptrs, mask=kmask[:, None], other=0.0)"] if bsplit else []
+    body = [
+        "for k0 in range(0, K, BLOCK_K):",
+        "    if EVEN_K:",
+        "        a = tl.load(a_ptrs)",
+        "        b = tl.load(b_ptrs)",
+        *bl,
+        "    else:",
+        "        kmask = (k0 + rk) < K",
+        "        a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
+        "        b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
+        *bl_masked,
+        *(_bsplit_dots() if bsplit else [f"    acc = tl.dot(a, b, acc{prec})"]),
+        "    a_ptrs += BLOCK_K * s_ak",
+        "    b_ptrs += BLOCK_K * s_bk",
+        *(["    bl_ptrs += BLOCK_K * s_bk"] if bsplit else []),
     ]
+    return [indent + ln for ln in body]
+
+
+def _bsplit_dots() -> list[str]:
+    """The K step of tf32x3-bsplit: the loaded A tile split in registers into its TF32 high part
+    (rounded as kernels/tf32split.py rounds) and the fp32 remainder, B's halves loaded as b / bl;
+    small products first, then the high one."""
+    tf = 'input_precision="tf32"'
+    return [
+        "    a_bits = a.to(tl.int32, bitcast=True)",
+        "    ah = tl.where(a == a, ((a_bits + 0x1000) & -8192).to(tl.float32, bitcast=True), a)",
+        '    al = tl.where(tl.abs(ah) < float("inf"), a - ah, 0.0)',
+        f"    acc = tl.dot(al, b, acc, {tf})",
+        f"    acc = tl.dot(ah, bl, acc, {tf})",
+        f"    acc = tl.dot(ah, b, acc, {tf})",
+    ]
+
+
+def _bl_ptrs(offset: str = "") -> list[str]:
+    """B's low part: the same strides as B (both come from _tf32_split)."""
+    at = f" + {offset}" if offset else ""
+    return [f"bl_ptrs = bl_ptr + bid * s_bb + rk[:, None] * s_bk + rb[None, :] * s_bn{at}"]
 
 
 def _presplit_k_loop() -> list[str]:
@@ -632,7 +687,8 @@ def _gemm_kernel(
 ) -> str:
     bias_sig = ", bias_ptr" if plan.bias_expr else ""
     presplit = precision == PRESPLIT_PRECISION
-    prec = f', input_precision="{precision}"' if precision and not presplit else ""
+    bsplit = precision == BSPLIT_PRECISION
+    prec = f', input_precision="{precision}"' if precision and not (presplit or bsplit) else ""
     L = [
         "pid = tl.program_id(0)",
         "bid = tl.program_id(1).to(tl.int64)",
@@ -652,13 +708,19 @@ def _gemm_kernel(
             "k_hi = tl.minimum(K, k_lo + k_per)",
             "a_ptrs += k_lo * s_ak",
             "b_ptrs += k_lo * s_bk",
+            *(_bl_ptrs("k_lo * s_bk") if bsplit else []),
             "for k0 in range(k_lo, k_hi, BLOCK_K):",
             "    kmask = (k0 + rk) < k_hi",
             "    a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
             "    b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
-            f"    acc = tl.dot(a, b, acc{prec})",
+            *(
+                ["    bl = tl.load(bl_ptrs, mask=kmask[:, None], other=0.0)", *_bsplit_dots()]
+                if bsplit
+                else [f"    acc = tl.dot(a, b, acc{prec})"]
+            ),
             "    a_ptrs += BLOCK_K * s_ak",
             "    b_ptrs += BLOCK_K * s_bk",
+            *(["    bl_ptrs += BLOCK_K * s_bk"] if bsplit else []),
             "cmask = (rm < M)[:, None] & (rn < N)[None, :]",
             "w_ptrs = ws_ptr + ((sk * n_batch + bid) * M + rm[:, None]) * N + rn[None, :]",
             "tl.store(w_ptrs, acc, mask=cmask)",
@@ -669,6 +731,8 @@ def _gemm_kernel(
             "GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr"
         )
         name = "gemm_splitk_kernel"
+        if bsplit:
+            sig = sig.replace("a_ptr, b_ptr, ", "a_ptr, b_ptr, bl_ptr, ", 1)
     elif atomic:
         # Row-reduction epilogue: reduce this tile's rows, combine partials across N tiles atomically.
         epi, last = _epilogue_lines(plan, "acc")
@@ -697,7 +761,13 @@ def _gemm_kernel(
     else:
         epi, last = _epilogue_lines(plan, "acc")
         L += [
-            *(_presplit_k_loop() if presplit else _k_loop(prec)),
+            *(
+                _presplit_k_loop()
+                if presplit
+                else [*_bl_ptrs(), *_k_loop(prec, bsplit=True)]
+                if bsplit
+                else _k_loop(prec)
+            ),
             *_bias_lines(plan),
             "cmask = (rm < M)[:, None] & (rn < N)[None, :]",
             *epi,
@@ -713,6 +783,8 @@ def _gemm_kernel(
         name = "gemm_kernel"
         if presplit:
             sig = sig.replace("a_ptr, b_ptr, ", "a_ptr, b_ptr, al_ptr, bl_ptr, ", 1)
+        if bsplit:
+            sig = sig.replace("a_ptr, b_ptr, ", "a_ptr, b_ptr, bl_ptr, ", 1)
         if persistent:
             # One program per SM (or a few) walks the output tiles of every batch in grouped
             # order: no tail wave of idle SMs, and the next tile's loads start while this
@@ -924,12 +996,15 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     split = algo == "split-k"
     persistent = algo == PERSISTENT
     presplit = precision == PRESPLIT_PRECISION
+    bsplit = precision == BSPLIT_PRECISION
     if presplit and split:
         raise Unsupported("tf32x3-presplit operands with split-k")
+    if bsplit and algo not in ("tiled", "split-k"):
+        raise Unsupported(f"tf32x3-bsplit with {algo}")
     kernels = [ewops.HELPERS, _gemm_kernel(plan, precision, split, persistent=persistent)]
     if split:
         kernels.append(_reduce_kernel(plan))
-    if presplit:
+    if presplit or bsplit:
         kernels.append(TF32_SPLIT_KERNEL)
     bias_arg = ", bias" if plan.bias_expr else ""
     bm, bn, bk, gm = (int(params[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
@@ -944,6 +1019,13 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
             "    K = kp",
         ]
         lo_args = "al3, bl3, "
+    elif bsplit:
+        # B only, K-major and zero-padded to kp rows; A is read as it is (masked along K)
+        L += [
+            f"    kp = triton.cdiv(K, {bk}) * {bk}",
+            "    b3, bl3 = _tf32_split(b3, 1, K, kp)",
+        ]
+        lo_args = "bl3, "
     elif params.get("KMAJOR"):
         # K-major, K-padded operand copies (layout only): 16-byte async copies into the TF32
         # MMA's shared-memory layout, and a K loop without masks.
@@ -974,7 +1056,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
             f"    split = triton.cdiv(K, triton.cdiv(triton.cdiv(K, split), {bk}) * {bk})",
             "    ws = torch.empty((split, nb, M, N), device=a.device, dtype=torch.float32)",
             f"    grid = (triton.cdiv(M, {bm}) * triton.cdiv(N, {bn}), nb, split)",
-            f"    gemm_splitk_kernel[grid](a3, b3, ws, M, N, K, nb, {strides}, BLOCK_M={bm}, BLOCK_N={bn}, "
+            f"    gemm_splitk_kernel[grid](a3, b3, {lo_args}ws, M, N, K, nb, {strides}, BLOCK_M={bm}, BLOCK_N={bn}, "
             f"BLOCK_K={bk}, GROUP_M={gm}, SPLIT_K=split, num_warps={warps}, num_stages={stages})",
             "    rgrid = (triton.cdiv(M, 64), triton.cdiv(N, 64), nb)",
             f"    gemm_reduce_kernel[rgrid](ws, c3{bias_arg}, M, N, nb, c3.stride(0), c3.stride(1), "
@@ -1005,7 +1087,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
     return assemble(
         desc,
         "\n\n".join(kernels),
-        _SHAPES + "\n\n" + (TF32_SPLIT + "\n\n" if presplit else "") + "\n".join(L) + "\n",
+        _SHAPES + "\n\n" + (TF32_SPLIT + "\n\n" if presplit or bsplit else "") + "\n".join(L) + "\n",
         f"return launch_gemm({', '.join(call)})",
         doc,
     )
