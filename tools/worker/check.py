@@ -242,7 +242,9 @@ class Checker:
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         t, first = time.monotonic(), name not in self.steps
-        if self._cuda:
+        # from the first step on a CUDA context (a lone check job creates it in its first step)
+        tracked = self._cuda and torch.cuda.is_initialized()
+        if tracked:
             gpumem.step_peak_start()
         try:
             yield
@@ -251,12 +253,12 @@ class Checker:
             self.steps[name] = round(self.steps.get(name, 0.0) + dt, 3)
             if first:  # the first call apart: one-time costs (CUDA libraries, kernel loading)
                 self.steps[name + ".first"] = round(dt, 3)
-            if self._cuda:
+            if tracked:
                 self.memory[name] = max(self.memory.get(name, 0), gpumem.step_peak_end())
 
     def note_live(self, key: str) -> None:
         """The judge's allocated bytes now, kept as the largest seen under `key`."""
-        if self._cuda:
+        if self._cuda and torch.cuda.is_initialized():
             self.memory[key] = max(self.memory.get(key, 0), int(torch.cuda.memory_allocated()))
 
     def ask(self, op: str, **kw: Any) -> dict[str, Any]:
