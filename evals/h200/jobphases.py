@@ -62,6 +62,40 @@ def jobs(run: Path) -> list[dict[str, float]]:
     return rows
 
 
+# Per-task memory readings of the tool.evaluate lines (tools/worker/evaluate.py `gpu`): shares
+# asked, the measured peak (the judge's and the runner's, summed), and the two parts.
+MEMORY_KEYS = ("memory_units", "peak_gib", "judge_peak_gib", "runner_peak_gib")
+
+
+def memory_by_task(run: Path) -> dict[str, dict[str, float]]:
+    """Per task: its evaluate jobs, their median memory wait, the median and largest shares they
+    were admitted with, and the largest peaks (GiB) they measured: where admission waits come
+    from and which copies make a large request (judge and runner parts, where logged)."""
+    out: dict[str, dict[str, float]] = {}
+    for log in sorted(run.glob("tasks/*/optimize.log")):
+        waits: list[float] = []
+        seen: dict[str, list[float]] = {k: [] for k in MEMORY_KEYS}
+        for line in log.read_text(errors="replace").splitlines():
+            if "tool.evaluate" not in line:
+                continue
+            kv = dict(_KV_RE.findall(line))
+            for k, bucket in [("wait_memory", waits), *seen.items()]:
+                try:
+                    bucket.append(float(kv[k].strip("'\"")))
+                except (KeyError, ValueError):
+                    pass
+        if waits or seen["memory_units"]:
+            units = seen["memory_units"] or [0.0]
+            out[log.parent.name] = {
+                "jobs": float(max(len(waits), len(seen["memory_units"]))),
+                "wait_memory": statistics.median(waits or [0.0]),
+                "units_median": statistics.median(units),
+                "units_max": max(units),
+                **{k: max(v) for k, v in seen.items() if k != "memory_units" and v},
+            }
+    return out
+
+
 def _clock(line: str) -> int | None:
     """Seconds since midnight of a log line's leading HH:MM:SS, or None."""
     try:
@@ -139,6 +173,20 @@ def main(argv: list[str]) -> int:
         for r, run in zip(results, runs, strict=True):
             walls = [r[n].get("wall_s") or 0 for n in shared]
             print(f"  median wall of these tasks in {run}: {statistics.median(walls):.1f} s")
+    for run in runs:
+        mem = memory_by_task(run)
+        if mem:
+            print(
+                f"\nmemory per task, {run}: jobs, median memory wait s, shares median/max, largest peak GiB"
+            )
+            for task, m in mem.items():
+                parts = ""
+                if "judge_peak_gib" in m or "runner_peak_gib" in m:
+                    parts = f" (judge {m.get('judge_peak_gib', 0):.1f} + runner {m.get('runner_peak_gib', 0):.1f})"
+                print(
+                    f"  {task[:44]:44s} jobs {m['jobs']:3.0f}  wait {m['wait_memory']:6.1f}  "
+                    f"shares {m['units_median']:.1f}/{m['units_max']:.0f}  peak {m.get('peak_gib', 0):.1f}{parts}"
+                )
     for run in runs:
         fin = list(final_seconds(run).values())
         if fin:

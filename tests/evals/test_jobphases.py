@@ -45,3 +45,21 @@ def test_medians_sums_and_shared_tasks(tmp_path, capsys):
 
 def test_no_runs_prints_usage():
     assert jobphases.main([]) == 2
+
+
+def test_memory_per_task(tmp_path, capsys):
+    d = tmp_path / "m"
+    (d / "tasks" / "big").mkdir(parents=True)
+    (d / "tasks" / "big" / "optimize.log").write_text(
+        "12:00:01 [info   ] tool.evaluate task=big wall_s=50 wait_memory=40 memory_units=25 peak_gib=48.1 "
+        "judge_peak_gib=24.0 runner_peak_gib=24.1\n"
+        "12:00:02 [info   ] tool.evaluate task=big wall_s=20 wait_memory=10 memory_units=33 peak_gib=32.0 "
+        "judge_peak_gib=24.0 runner_peak_gib=8.0\n"
+        "12:00:03 [info   ] tool.evaluate task=big wall_s=20 wait_memory=20 memory_units=33\n"
+    )
+    m = jobphases.memory_by_task(d)["big"]
+    assert (m["jobs"], m["wait_memory"], m["units_median"], m["units_max"]) == (3, 20.0, 33.0, 33.0)
+    assert (m["peak_gib"], m["judge_peak_gib"], m["runner_peak_gib"]) == (48.1, 24.0, 24.1)
+    assert jobphases.main([str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "shares 33.0/33  peak 48.1 (judge 24.0 + runner 24.1)" in out
