@@ -26,8 +26,10 @@
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
 #   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
+#   kernels  `session.sh kernels TASK.py ... [--seeds N]`: GPU time per kernel of eager, compile
+#            and the first seeds of each task, from the PyTorch profiler (evals/h200/kernel_times.py)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite|probe [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite|probe|kernels [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -100,6 +102,10 @@ case "$step" in
     # every seed of the tasks named (paths), the fastest benchmarked beside eager and compile
     timeout -s INT "$budget" python3 -m evals.h200.probe "$@" --out "$out" --budget $((budget - 120)) 2>&1 \
       | grep -v tool.evaluate | tee -a "$out/probe.txt" || true
+    ;;
+  kernels)
+    timeout -s INT "$budget" python3 -m evals.h200.kernel_times "$@" --out "$out" 2>&1 \
+      | grep -v tool.describe | tee -a "$out/kernels.txt" || true
     ;;
   *)
     echo "unknown step $step" >&2

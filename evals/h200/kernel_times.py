@@ -1,0 +1,113 @@
+"""Where a task's GPU time goes, kernel by kernel: eager, torch.compile and the expert's first seeds
+side by side, from the PyTorch profiler (CUDA kernel time per call).
+
+    python -m evals.h200.kernel_times TASK.py [TASK.py ...] --out DIR [--seeds 3]
+
+For each task the expert writes its first seeds (as `evals.h200.probe` does); each seed file is
+written under DIR and profiled in a child process of its own (generated code never runs in this
+one), with the reference's weights. A table per variant lists the kernels taking the most time
+per forward. It says where to look; verdicts and timings that count come from the toolbox's
+evaluate job (probe.py, egg optimize), not from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CALLS = 20
+
+
+def profile_one(task_path: str, cand_path: str | None, mode: str) -> list[tuple[str, float, int]]:
+    """(kernel name, ms per forward, launches per forward), largest first: run in a child."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from evals.h200.convlayout import load
+    from tools.worker.runner import copy_weights
+
+    task = load(task_path)
+    torch.manual_seed(0)
+    ref = task.Model(*task.get_init_inputs()).cuda()
+    xs = [t.cuda() if isinstance(t, torch.Tensor) else t for t in task.get_inputs()]
+    if mode == "candidate":
+        cand_mod = load(cand_path)
+        model = cand_mod.ModelNew(*task.get_init_inputs()).cuda()
+        copy_weights(ref, model)
+    elif mode == "compile":
+        model = torch.compile(ref)
+    else:
+        model = ref
+    with torch.no_grad():
+        for _ in range(3):
+            model(*xs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(CALLS):
+                model(*xs)
+            torch.cuda.synchronize()
+    rows = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if t and ev.count:
+            rows.append((ev.key, t / 1000.0 / CALLS, max(1, ev.count // CALLS)))
+    rows.sort(key=lambda r: -r[1])
+    return rows
+
+
+def show(label: str, rows: list[tuple[str, float, int]], top: int = 10) -> None:
+    total = sum(r[1] for r in rows)
+    print(f"  {label}: {total:.3f} ms of kernels per forward, {sum(r[2] for r in rows)} launches")
+    for name, ms, n in rows[:top]:
+        print(f"    {ms:8.3f} ms  x{n:<3d} {name[:110]}")
+
+
+def child(task_path: str, cand: str | None, mode: str) -> list | str:
+    cmd = [sys.executable, "-m", "evals.h200.kernel_times", "--child", mode, task_path, cand or "-"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return (p.stderr or p.stdout).strip().splitlines()[-1:][0] if (p.stderr or p.stdout) else "failed"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        mode, task_path, cand = argv[1], argv[2], argv[3]
+        print(json.dumps(profile_one(task_path, None if cand == "-" else cand, mode)))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tasks", nargs="+")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seeds", type=int, default=3)
+    a = ap.parse_args(argv)
+    from evals.h200.probe import describe, seeds
+    from graph.records import TaskSpec
+    from tools.toolbox import Toolbox
+
+    tb = Toolbox(timeout_s=600)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for path in a.tasks:
+        p = Path(path)
+        task = TaskSpec(path=str(p), name=p.stem, source=p.read_text(), device="cuda")
+        desc = tb.describe(task, shrink=False)
+        print(f"\n## {p.stem}", flush=True)
+        for mode in ("eager", "compile"):
+            rows = child(str(p), None, mode)
+            show(mode, rows) if isinstance(rows, list) else print(f"  {mode}: {rows}")
+        for i, r in enumerate(seeds(task, desc, a.seeds)):
+            f = out / f"{p.stem}.seed{i}.py"
+            f.write_text(r.source)
+            rows = child(str(p), str(f), "candidate")
+            label = f"seed {i} {r.algorithm} {describe(r)}"
+            show(label, rows) if isinstance(rows, list) else print(f"  {label}: {rows}")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
