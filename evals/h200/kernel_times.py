@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("tasks", nargs="+")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument(
+        "--baselines",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="profile eager and torch.compile too",
+    )
     a = ap.parse_args(argv)
     from evals.h200.probe import describe, seeds
     from graph.records import TaskSpec
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         task = TaskSpec(path=str(p), name=p.stem, source=p.read_text(), device="cuda")
         desc = tb.describe(task, shrink=False)
         print(f"\n## {p.stem}", flush=True)
-        for mode in ("eager", "compile"):
+        for mode in ("eager", "compile") if a.baselines else ():
             rows = child(str(p), None, mode)
             show(mode, rows) if isinstance(rows, list) else print(f"  {mode}: {rows}")
         for i, r in enumerate(seeds(task, desc, a.seeds)):
