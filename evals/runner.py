@@ -50,6 +50,8 @@ ROW_SCHEMA = 1
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 DEFAULT_TASK_TIMEOUT_S = 3600.0
 _KILL_GRACE_S = 5.0
+# How long a run stopped by the time box has to write its result (graph/cli.py: WrapUp).
+_WRAP_UP_S = 15.0
 _POLL_S = 0.1
 # Config keys that must match on --resume: mixing rows of different models or policies in
 # one report would make every metric meaningless.
@@ -144,6 +146,19 @@ def build_command(
     return cmd + list(cfg.extra_args)
 
 
+def _wrap_up(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGTERM to the optimize process alone (its sandbox jobs keep running meanwhile): it writes
+    report.json and model_new.py for its best verified kernel and exits. True when it exited
+    within _WRAP_UP_S."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=_WRAP_UP_S)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Terminate the task's whole process group (optimize spawns sandbox workers)."""
     if proc.poll() is not None:
@@ -204,7 +219,7 @@ def run_task(
     cmd = build_command(cfg, task, thread_id, run_seconds)
     log_path = tdir / "optimize.log"
     t0 = time.monotonic()
-    timed_out = False
+    timed_out = boxed = False
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
@@ -217,9 +232,18 @@ def run_task(
             )
         try:
             while proc.poll() is None:
-                if should_stop() or (cfg.deadline is not None and time.time() > cfg.deadline):
+                if should_stop():
                     _kill_group(proc)
                     return None
+                if cfg.deadline is not None and time.time() > cfg.deadline:
+                    # The time box ended: the run writes its best verified kernel so far (with
+                    # its stage's timing) and exits; one with none is left for --resume.
+                    wrapped = _wrap_up(proc)
+                    _kill_group(proc)
+                    if not wrapped:
+                        return None
+                    boxed = True
+                    break
                 if time.monotonic() - t0 > cfg.task_timeout_s:
                     timed_out = True
                     _kill_group(proc)
@@ -237,6 +261,8 @@ def run_task(
         cfg, task, gpu, exit_code=proc.returncode, wall=wall, timed_out=timed_out, thread_id=thread_id,
         run_seconds=run_seconds,
     )  # fmt: skip
+    if boxed and not row["verified"]:
+        return None
     if run_seconds is not None and not row["verified"] and _RUN_BUDGET_HALT in str(row.get("halt") or ""):
         # The time box, not the task, ended this run: no row, so --resume runs it in full.
         print(

@@ -9,12 +9,16 @@ Every message is printed literally: the consoles interpret no markup, so text su
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -428,18 +432,92 @@ def optimize(
             f"continue it with `egg resume {thread}`, or re-run it with `egg replay {thread}`"
         )
     try:
-        values = run_graph(
-            compiled,
-            {"task": spec, "out_dir": str(out_dir.resolve())},
-            _run_config(thread),
-            settings,
-            quiet=quiet,
-            header=header,
-        )
+        with _wrap_up_on_sigterm():
+            values = run_graph(
+                compiled,
+                {"task": spec, "out_dir": str(out_dir.resolve())},
+                _run_config(thread),
+                settings,
+                quiet=quiet,
+                header=header,
+            )
+    except WrapUp:
+        # Asked to stop now (an eval's time box ended): the best kernel verified so far, with the
+        # timing of the stage that chose it, rather than nothing.
+        values = wrap_up_values(compiled.get_state({"configurable": {"thread_id": thread}}).values)
+        _write_wrap_up(values, out_dir, egg_home, thread, time.time() - t0)
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
     _finish_run(values, out_dir, egg_home, thread, time.time() - t0)
+
+
+class WrapUp(BaseException):
+    """SIGTERM during a run: stop the graph where it is and report what was verified."""
+
+
+@contextlib.contextmanager
+def _wrap_up_on_sigterm() -> Iterator[None]:
+    def _raise(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
+        raise WrapUp()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread (an embedding caller keeps its own)
+        return
+    old = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+WRAP_UP_HALT = "stopped before the final benchmark (SIGTERM: an eval's time box ended)"
+
+
+def wrap_up_values(values: dict) -> dict:
+    """The state of a run stopped mid-way, as a result: verified when its best kernel passed the
+    full check and, on a GPU, its stage measured it (that timing, eager beside it, stands in for
+    the final benchmark, which did not run and says so); otherwise no kernel."""
+    out = dict(values)
+    best = values.get("best")
+    task = values.get("task")
+    timing = best.timing if best is not None else None
+    measured = timing is not None and timing.measured
+    on_gpu = task is not None and task.device == "cuda"
+    if (
+        values.get("status") != "bad_input"
+        and best is not None
+        and best.check.accepted
+        and (measured or not on_gpu)
+    ):
+        upd: dict[str, Any] = {
+            "status": "verified",
+            "final_profile": best.profile,
+            "halt": WRAP_UP_HALT,
+            "failure": None,
+        }
+        if timing is not None:
+            by = f"stage ({timing.timed_by or 'events'}); {WRAP_UP_HALT}"
+            upd["final"] = timing.model_copy(update={"timed_by": by}) if measured else timing
+        out.update(upd)
+    else:
+        out.update(status="no_kernel", halt=WRAP_UP_HALT, failure=values.get("failure") or WRAP_UP_HALT)
+    return out
+
+
+def _write_wrap_up(values: dict, out_dir: Path, egg_home: Path, thread: str, wall_s: float) -> NoReturn:
+    """Write the outputs and leave at once: the graph's worker threads may still be inside jobs
+    that the caller is about to kill, and waiting for them is what the signal asked not to do."""
+    try:
+        _finish_run(values, out_dir, egg_home, thread, wall_s)
+    except typer.Exit as e:
+        code = e.exit_code
+    else:  # pragma: no cover - _finish_run always exits
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _size_overrides(args: list[str], source: str) -> dict[str, int]:

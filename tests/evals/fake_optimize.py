@@ -3,6 +3,9 @@
 Parses the optimize CLI contract, then behaves according to the task's file stem:
 FAKE_OPT_MODES="stem=mode,..." with mode one of ok | nokernel | badinput | crash | hang |
 noreport | lie | orphan; stems containing "degenerate" get a checker degenerate note; stems containing "sort" default to nokernel, others to ok.
+Modes overrun / overrun_nokernel ignore --run-seconds (a job that ran past the budget) and sleep
+until SIGTERM, then write a report as `egg optimize` does when an eval's time box ends (WrapUp):
+verified with the stage's timing, or no kernel.
 FAKE_OPT_SLEEP: seconds to sleep before finishing (for resume/interrupt tests);
 FAKE_OPT_SLEEPS="stem=seconds,..." per task. With --run-seconds shorter than the sleep, the run
 stops at its budget as optimize does (report "halt"): mode ok still verifies (a kernel was found
@@ -47,10 +50,27 @@ def main() -> int:
     sleeps = dict(kv.split("=", 1) for kv in os.environ.get("FAKE_OPT_SLEEPS", "").split(",") if "=" in kv)
     sleep_s = float(sleeps.get(stem, os.environ.get("FAKE_OPT_SLEEP", "0")))
     halt = None
-    if a.run_seconds is not None and sleep_s > a.run_seconds:
+    overrun = mode.startswith("overrun")
+    if overrun:
+        import signal
+
+        class Term(Exception):
+            pass
+
+        def on_term(signum, frame):
+            raise Term()
+
+        signal.signal(signal.SIGTERM, on_term)
+        try:
+            time.sleep(3600)
+        except Term:
+            halt = "stopped before the final benchmark (SIGTERM: an eval's time box ended)"
+            mode = "ok" if mode == "overrun" else "nokernel"
+    elif a.run_seconds is not None and sleep_s > a.run_seconds:
         sleep_s = a.run_seconds
         halt = f"run wall-time budget of {a.run_seconds:g} s exhausted"
-    time.sleep(sleep_s)
+    if not overrun:
+        time.sleep(sleep_s)
     if mode == "late":
         mode = "nokernel" if halt else "ok"
     if mode == "orphan":  # leave a sandbox-worker-like child running, then finish normally

@@ -496,3 +496,30 @@ def test_resume_refuses_another_shapes_mode(
         == 2
     )
     assert "--shapes must be as-written or ragged, not 'wide'" in capsys.readouterr().err
+
+
+def test_time_box_end_wraps_up_runs_past_their_budget(
+    tmp_path: Path, fake_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run still going when the box ends (its last job ran past the budget) is asked to wrap up
+    (SIGTERM): one with a verified kernel keeps its row, written by the run itself, and one with
+    none is left for --resume; neither holds the eval past the box."""
+    import evals.runner as runner
+
+    monkeypatch.setattr(runner, "_BOX_MARGIN_MIN_S", 0.5)
+    monkeypatch.setattr(runner, "_BOX_MARGIN_MAX_S", 0.5)
+    tasks = copy_tasks(tmp_path / "lvl", {"a_over": "s02_softmax", "b_none": "s02_softmax"})
+    out = tmp_path / "ev"
+    monkeypatch.setenv("FAKE_OPT_MODES", "a_over=overrun,b_none=overrun_nokernel")
+    t0 = time.monotonic()
+    rc = eval_command(
+        [str(tasks)], out=str(out), device="cpu", workers=2, optimize_cmd=FAKE_CMD, time_box_s=4.0
+    )
+    took = time.monotonic() - t0
+    assert rc == 3
+    assert took < 4.0 + 3.0, f"the box was 4 s, the eval took {took:.1f} s"
+    rows = {r["task"]: r for r in rows_of(out)}
+    assert set(rows) == {"lvl__a_over"}
+    a = rows["lvl__a_over"]
+    assert a["verified"] and "time box ended" in a["halt"]
+    assert (out / "tasks" / "lvl__a_over" / "model_new.py").exists()

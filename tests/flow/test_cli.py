@@ -228,6 +228,48 @@ def test_killed_run_resumes_inside_its_tuning_stage(cpu_run):
     assert again.returncode == 2 and "nothing to resume" in again.stderr
 
 
+def test_sigterm_wraps_up_with_the_best_verified_kernel(cpu_run):
+    """SIGTERM (an eval's time box ending) inside a tuning stage: the run stops there and writes
+    the kernel its algorithm stage verified, with a report that says the final benchmark did not
+    run; it exits 0 within seconds, not after the stage. The same run killed before any stage
+    ended would have no kernel (covered by the eval runner's tests with a fake optimize)."""
+    import re
+    import signal
+    import time
+
+    from graph.cli import WRAP_UP_HALT
+
+    home, base_out, _ = cpu_run
+    out = home / "wrapped-out"
+    env = {**os.environ, "EGG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "graph.cli", "optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu",
+           "--seeds", "2", "--thread-id", "sm-term", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    seen, sent = [], None
+    try:
+        for line in proc.stdout:
+            seen.append(line.rstrip())
+            if re.match(r"^(mapping|tiling|memory)/\S*compile: ok", line):
+                sent = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                break
+        rc = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert sent, "the run never reached a tuning stage's compile:\n" + "\n".join(seen[-20:])
+    assert rc == 0 and time.monotonic() - sent < 30
+    report = json.loads((out / "report.json").read_text())
+    assert report["verified"] and report["status"] == "verified"
+    assert report["halt"] == WRAP_UP_HALT
+    # the algorithm stage's decision is kept; the stage it was stopped in is not in the report
+    assert [d["stage"] for d in report["stages"]][:1] == ["algorithm"]
+    first = json.loads((base_out / "report.json").read_text())
+    assert report["stages"][0] == first["stages"][0]
+    assert (out / "model_new.py").read_text().count("@triton.jit") >= 1
+
+
 BODY = (
     "import torch\n"
     "class Model(torch.nn.Module):\n"
