@@ -162,6 +162,17 @@ def _alive(procs: set[tuple[int, str]]) -> set[tuple[int, str]]:
     return left
 
 
+def _start_softmax(home: Path, thread: str, out: Path) -> tuple[subprocess.Popen, dict]:
+    """`egg optimize examples/softmax.py` on CPU (2 seeds) with its progress lines on a pipe."""
+    env = {**os.environ, "EGG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "graph.cli", "optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu",
+           "--seeds", "2", "--thread-id", thread, "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    return proc, env
+
+
 def test_killed_run_resumes_inside_its_tuning_stage(cpu_run):
     """SIGKILL `egg optimize` in the middle of a tuning stage, then `egg resume`: the run goes on
     from its last checkpoint inside that stage, writes to its own --out, and ends with the same
@@ -173,12 +184,7 @@ def test_killed_run_resumes_inside_its_tuning_stage(cpu_run):
     home, base_out, base = cpu_run
     assert base.returncode == 0
     out = home / "killed-out"
-    env = {**os.environ, "EGG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "graph.cli", "optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu",
-           "--seeds", "2", "--thread-id", "sm-kill", "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    proc, env = _start_softmax(home, "sm-kill", out)
     seen, killed_at, workers = [], None, set()
     try:
         for line in proc.stdout:
@@ -241,12 +247,7 @@ def test_sigterm_wraps_up_with_the_best_verified_kernel(cpu_run):
 
     home, base_out, _ = cpu_run
     out = home / "wrapped-out"
-    env = {**os.environ, "EGG_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "graph.cli", "optimize", str(ROOT / "examples" / "softmax.py"), "--device", "cpu",
-           "--seeds", "2", "--thread-id", "sm-term", "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    proc, _ = _start_softmax(home, "sm-term", out)
     seen, sent = [], None
     try:
         for line in proc.stdout:
