@@ -42,3 +42,13 @@ def test_batchnorm_statistics_chosen_at_run_time(seeds):
     # eps and the train/eval choice come from the module, not constants of the captured graph.
     assert "self.bn.training" in src and "self.bn.running_var" in src
     assert "float(self.bn.eps)" in src
+
+
+def test_conv_bias_left_out_of_the_library_call_before_batchnorm(seeds):
+    """The conv before a BatchNorm runs without its bias (PyTorch adds it in a pass of its own over
+    the output): batch statistics cancel it, and the running statistics' mean takes it (the eval
+    mode checks above would fail on either side if it were dropped)."""
+    for r in seeds["conv_bn_relu"]:
+        src = r.source
+        assert "self.conv.weight, None," in src, r.algorithm
+        assert "self.bn.running_var, float(self.bn.eps), self.conv.bias)" in src, r.algorithm

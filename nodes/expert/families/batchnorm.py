@@ -22,6 +22,7 @@ argument. eps is read from the module at run time, not baked from the captured g
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from . import elementwise as ew
-from .libconv import LIB_OPS, library_call
+from .libconv import LIB_OPS, library_call, split_call
 from .pooling import EPI_MODE
 
 
@@ -48,6 +49,8 @@ class BnPlan:
     use_batch: str
     running_mean: str | None
     running_var: str | None
+    # the library conv's bias, left out of conv_call (None: none, or kept in the call)
+    conv_bias: str | None = None
 
 
 def match(view: GraphView) -> BnPlan | None:
@@ -59,7 +62,7 @@ def match(view: GraphView) -> BnPlan | None:
     stats = _functional_stats(view, bn) if bn.kind != "call_module" else None
     i = [n.name for n in nodes].index(bn.name)
     pre = nodes[:i]
-    conv_call = None
+    conv_call = conv_bias = None
     if pre:
         # A library conv (mixed policy; the strict policy drops "library" algorithms). A linear
         # stays a group of its own: the gemm family lowers it to a Triton 3xTF32 GEMM, which
@@ -70,6 +73,14 @@ def match(view: GraphView) -> BnPlan | None:
         c = pre[0]
         conv_call = library_call(view, c)
         x_expr = "t_conv"
+        # The conv's bias is a pass of its own in PyTorch (an add over the whole output); batch
+        # statistics cancel it exactly, so the conv runs without it and only the running
+        # statistics' mean takes it into account (mean - bias, over C values).
+        split = split_call(view, c, "")
+        uses_conv = any(c.name in json.dumps(n.args, default=str) + json.dumps(n.kwargs, default=str)
+                        for n in nodes[i + 1 :])  # fmt: skip
+        if split is not None and split[1] is not None and not uses_conv:
+            conv_call, conv_bias = split
     else:
         src = bn.args[0]
         lf = view.leaves.get(view.resolve(src["node"])) if is_node(src) else None
@@ -78,12 +89,15 @@ def match(view: GraphView) -> BnPlan | None:
         x_expr = lf.expr
     epilogue = collect_chain(view, nodes[i + 1 :], internal={bn.name})
     if stats is not None:
-        return BnPlan(x_expr=x_expr, conv_call=conv_call, bn=bn, epilogue=epilogue, **stats)
+        return BnPlan(
+            x_expr=x_expr, conv_call=conv_call, conv_bias=conv_bias, bn=bn, epilogue=epilogue, **stats
+        )
     affine = bn.module_attrs.get("affine", True)
     m = f"self.{bn.target}"
     return BnPlan(
         x_expr=x_expr,
         conv_call=conv_call,
+        conv_bias=conv_bias,
         bn=bn,
         weight=f"{m}.weight" if affine else None,
         bias=f"{m}.bias" if affine else None,
@@ -221,10 +235,13 @@ def bn_finalize_kernel(x_ptr, part_ptr, mean_ptr, rstd_ptr, HW, total, eps, SPLI
 
 
 @triton.jit
-def bn_running_kernel(rm_ptr, rv_ptr, mean_ptr, rstd_ptr, C, eps, BLOCK: tl.constexpr):
+def bn_running_kernel(rm_ptr, rv_ptr, cb_ptr, mean_ptr, rstd_ptr, C, eps, HAS_CB: tl.constexpr,
+                      BLOCK: tl.constexpr):
     c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = c < C
     rm = tl.load(rm_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    if HAS_CB:  # the input came without the conv's bias: (x + b) - rm == x - (rm - b)
+        rm = rm - tl.load(cb_ptr + c, mask=mask, other=0.0).to(tl.float32)
     rv = tl.load(rv_ptr + c, mask=mask, other=1.0).to(tl.float32)
     tl.store(mean_ptr + c, rm, mask=mask)
     tl.store(rstd_ptr + c, 1.0 / tl.sqrt(rv + eps), mask=mask)
@@ -320,15 +337,17 @@ def launch_bn_stats(x, eps):
 
 
 RUNNING_LAUNCH = '''
-def launch_bn_running(x, rm, rv, eps):
-    """Per-channel running mean and 1/sqrt(running_var + eps), shaped (C, 1, ..., 1)."""
+def launch_bn_running(x, rm, rv, eps, cb=None):
+    """Per-channel running mean (less the conv bias `cb` left out of x) and
+    1/sqrt(running_var + eps), shaped (C, 1, ..., 1)."""
     C = x.shape[1]
     if rm.numel() != C or rv.numel() != C:
         raise ValueError("running statistics do not match the channel count")
     mean = torch.empty((C,), device=x.device, dtype=torch.float32)
     rstd = torch.empty((C,), device=x.device, dtype=torch.float32)
-    bn_running_kernel[(triton.cdiv(C, 256),)](rm.contiguous(), rv.contiguous(), mean, rstd, C, eps,
-                                               BLOCK=256, num_warps=4)
+    bn_running_kernel[(triton.cdiv(C, 256),)](rm.contiguous(), rv.contiguous(),
+                                               rm if cb is None else cb.contiguous(), mean, rstd, C, eps,
+                                               HAS_CB=cb is not None, BLOCK=256, num_warps=4)
     view_shape = (C,) + (1,) * (x.dim() - 2)
     return mean.view(view_shape), rstd.view(view_shape)
 '''
@@ -345,7 +364,7 @@ def _forward_stats(plan: BnPlan, stats_launcher: str) -> list[str]:
         fwd.append("else:")
         fwd.append(
             f"    mean_v, rstd_v = launch_bn_running(x_bn, {plan.running_mean}, {plan.running_var}, "
-            f"{plan.eps})"
+            f"{plan.eps}, {plan.conv_bias})"
         )
     if plan.weight:
         fwd.append(f"w_v = {plan.weight}.view(mean_v.shape)")
