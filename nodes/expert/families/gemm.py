@@ -15,7 +15,8 @@ Algorithms (the seeds):
                  every tile in registers inside the K loop (for GEMMs whose M and N are large
                  enough that the split's extra operand traffic is small next to the MMAs)
 Parameters shared by the tl.dot algorithms: PRECISION (fp32 operands: tf32x3 by default, ieee,
-tf32x3-bsplit for tiled and split-k (B split once before the GEMM, A in registers), or tf32 as a
+tf32x3-bsplit for tiled and split-k (B split once before the GEMM, A in registers; valid but not
+proposed: refused on the H200, see refinements), or tf32 as a
 last refinement the checker judges; reports show it) and KMAJOR (copy operands that
 are not K-major, or whose K rows are not 16-byte aligned, into K-major buffers with K zero-padded to
 BLOCK_K: 16-byte async copies for the TF32 MMAs and a mask-free K loop; on by default where the
@@ -514,15 +515,12 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
                 "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
             )
         )
-    if params["algorithm"] in ("tiled", "split-k") and params.get("PRECISION") == "tf32x3":
-        out.append(
-            (
-                "refine:3xtf32-bsplit",
-                dict(params, PRECISION=BSPLIT_PRECISION),
-                "3xTF32 with B split once before the GEMM and A split in registers: no B halves "
-                "written back to shared memory every K step, B streamed into pipelined buffers",
-            )
-        )
+    # tf32x3-bsplit (B split once before the GEMM, A split in registers) is not offered: on the
+    # H200 its split-k kernel at KernelBench level1/6's 256 x 524288 x 256 missed the checker's
+    # bar by 50x with an error of one sign (130823 vs 130845 for every output), while it passes
+    # the CPU interpreter's checks, whose TF32 dots are exact. Until that is found on a GPU, a
+    # refinement that costs a large GEMM a 150 s check and is refused is not worth proposing;
+    # the parameter stays valid for explicit use and for that investigation.
     if params["algorithm"] in DOT_ALGOS and params.get("PRECISION") == "tf32x3":
         # fp32 matmuls are not TF32 in PyTorch by default (torch.backends.cuda.matmul.allow_tf32 is
         # False), so plain TF32 passes only where the checker's bar (fp64 reference, tolerance plus
