@@ -618,6 +618,68 @@ for _n, (_i, _e, _s) in POOL_CASES.items():
         {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
     )
 
+# Channels-last inputs (a library conv's output in a network): the pool reads and writes them in
+# that layout (pool_cl_kernel); a per-channel epilogue tensor stays on that path.
+POOL_CL_CASES = {
+    "pool_cl_avg2d_nopad": (
+        "pass",
+        "F.avg_pool2d(x * 2.0, 3, 2, 1, count_include_pad=False) - 1.0",
+        "N, C, H, W).to(memory_format=torch.channels_last",
+    ),
+    "pool_cl_max3d": (
+        "self.pool = nn.MaxPool3d(2)",
+        "torch.relu(self.pool(x))",
+        "N, C, D, H, W).to(memory_format=torch.channels_last_3d",
+    ),
+}
+for _n, (_i, _e, _s) in POOL_CL_CASES.items():
+    CASES[_n] = (
+        POOL_TEMPLATE.replace("{init}", _i).replace("{expr}", _e).replace("{shape}", _s),
+        {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
+    )
+CASES["pool_cl_max2d_bias"] = (
+    POOL_TEMPLATE.replace("def __init__(self):", "def __init__(self, c):")
+    .replace("{init}", "self.bias = nn.Parameter(torch.randn(c, 1, 1))")
+    .replace("{expr}", "torch.relu(F.max_pool2d(x, 3, 2, 1)) + self.bias")
+    .replace("{shape}", "N, C, H, W).to(memory_format=torch.channels_last")
+    .replace("def get_init_inputs():\n    return []", "def get_init_inputs():\n    return [C]"),
+    {"N": 2, "C": 3, "H": 9, "W": 11},
+)
+
+# A VGG-like block: conv + ReLU groups, a conv + ReLU + max pool group, a classifier. Its
+# channels-last seed keeps every tensor between the groups channels-last, the pool included.
+CASES["net_conv_pool"] = (
+    """
+import torch
+import torch.nn as nn
+
+N, C_IN, C, H, W, K = 2, 3, 8, 16, 16, 10
+
+
+class Model(nn.Module):
+    def __init__(self, c_in, c, k, flat):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(c_in, c, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(c, c, 3, padding=1), nn.ReLU(inplace=True),
+            nn.MaxPool2d(2, 2),
+        )
+        self.fc = nn.Linear(flat, k)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+def get_inputs():
+    return [torch.randn(N, C_IN, H, W)]
+
+
+def get_init_inputs():
+    return [C_IN, C, K, C * (H // 2) * (W // 2)]
+""",
+    {"N": 2, "H": 10, "W": 14},
+)
+
 # BatchNorm with non-trivial running statistics: training mode (the default in the runner) must use
 # batch statistics, eval mode the running ones; the module decides at run time.
 CASES["bn2d_running"] = (

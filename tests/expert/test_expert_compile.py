@@ -58,6 +58,8 @@ COMPILE_CASES = [
     "linear_bn1d_gelu",
     "pool_conv_relu_bias",
     "pool_avg2d_chscale",
+    "pool_cl_max2d_bias",
+    "pool_cl_max3d",
 ]
 
 

@@ -35,7 +35,7 @@ EXPECTED_FAMILY.update({n: "scan" for n in CASES if n.startswith("scan_")})
 EXPECTED_FAMILY.update({"attention": "attention", "sdpa_causal": "attention"})
 EXPECTED_FAMILY.update({"bn2d": "batchnorm", "conv_bn_relu": "batchnorm", "bn2d_split": "batchnorm"})
 # the linear is a gemm group of its own (Triton 3xTF32 first), the norm and GELU another
-EXPECTED_FAMILY.update({"linear_bn1d_gelu": "partition"})
+EXPECTED_FAMILY.update({"linear_bn1d_gelu": "partition", "net_conv_pool": "partition"})
 EXPECTED_FAMILY.update({"bn2d_running": "batchnorm", "bn_functional_eval": "batchnorm"})
 EXPECTED_FAMILY.update({n: "rowloss" for n in CASES if n.startswith("rl_")})
 EXPECTED_FAMILY.update({"gn_module": "groupnorm", "gn_functional_relu": "groupnorm"})

@@ -14,6 +14,10 @@ Algorithms (the seeds):
                  per-element index division.
   direct-window  one program per BLOCK flat output elements, every window element loaded per
                  output (the fallback).
+Both read a channels-last input (a library conv's output in a channels-last network) with
+pool_cl_kernel instead, decided at run time: tiles of output pixels x channels, each window element
+one load of contiguous channels, and a channels-last output, so the layout survives the pool with
+no copy before it (the NCHW kernels' `contiguous()`) or after it (the next conv's layout change).
 """
 
 from __future__ import annotations
@@ -238,52 +242,84 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
     return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
 
 
-def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
-    """One program per BLOCK output elements, the window (constexprs) unrolled in the kernel."""
-    KD, KH, KW = _pad3(plan.kernel, 1)
-    SD, SH, SW = _pad3(plan.stride, 1)
-    PD, PH, PW = _pad3(plan.padding, 0)
-    DD, DH, DW = _pad3(plan.dilation, 1)
+def _window(plan: PoolPlan, ok: str, load: list[str], valid: str, cnt: str) -> tuple[list[str], str, str]:
+    """The statements of one window element (indices, the validity line `ok`, the `load` lines
+    ending in `v`, the prologue, the reduction masked by `valid`) and the final `res` line, for
+    loops over kd, kh, kw; `cnt` is how the per-output count broadcasts. Also the reduction's
+    fill value."""
     is_max = plan.op == "max"
     fill = "-float('inf')" if is_max else "0.0"
     env = {plan.x.name: "v", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
     pro, plast = plan.prologue.body(env, var_prefix="p_")
-    eenv = {plan.pool_node: "res", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
-    eloads = []
-    for lf in plan.epilogue.tensor_leaves:
-        P = f"t_{lf.name}"
-        eloads += [
-            f"if {P}_MODE == 0:",
-            f"    {P} = tl.load({P}_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
-            f"elif {P}_MODE == 1:",
-            f"    {P} = tl.load({P}_ptr + nc % C, mask=mask, other=0.0).to(tl.float32)",
-            "else:",
-            f"    {P} = tl.load({P}_ptr).to(tl.float32)",
-        ]
-        eenv[lf.name] = P
-    epi, elast = plan.epilogue.body(eenv, var_prefix="e_")
     inner = [
         "idd = od * SD - PD + kd * DD",
         "ih = oh * SH - PH + kh * DH",
         "iw = ow * SW - PW + kw * DW",
-        "ok = mask & (idd >= 0) & (idd < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
-        "v = tl.load(x_ptr + ((nc * D + idd) * H + ih) * W + iw, mask=ok, other=0.0).to(tl.float32)",
+        ok,
+        *load,
         *pro,
-        f"v = tl.where(ok, {plast or 'v'}, {fill})",
+        f"v = tl.where({valid}, {plast or 'v'}, {fill})",
+        "acc = tl.maximum(acc, v)" if is_max else "acc += v",
     ]
-    if is_max:
-        inner.append("acc = tl.maximum(acc, v)")
-    else:
-        inner += ["acc += v"]
-        if not plan.count_include_pad:
-            inner.append("cnt += tl.where(ok, 1.0, 0.0)")
+    if not is_max and not plan.count_include_pad:
+        inner.append("cnt += tl.where(ok, 1.0, 0.0)")
     if is_max:
         final = "res = acc"
     elif plan.count_include_pad:
         final = "res = acc / (KD * KH * KW)"
     else:
-        final = "res = acc / cnt"
+        final = f"res = acc / {cnt}"
+    return inner, final, fill
+
+
+def _epilogue(plan: PoolPlan, loads: dict[int, str]) -> tuple[list[str], list[str], str | None]:
+    """Loads of the epilogue's tensors by their launch mode (`loads`: mode -> expression with
+    {P} for the operand; one element otherwise), then the epilogue's statements on `res`."""
+    env = {plan.pool_node: "res", **{lf.name: f"l_{lf.name}_val" for lf in plan.scalars}}
+    eloads: list[str] = []
+    for lf in plan.epilogue.tensor_leaves:
+        P = f"t_{lf.name}"
+        for i, (mode, expr) in enumerate(sorted(loads.items())):
+            eloads += [f"{'if' if i == 0 else 'elif'} {P}_MODE == {mode}:", f"    {P} = {expr.format(P=P)}"]
+        eloads += ["else:", f"    {P} = tl.load({P}_ptr).to(tl.float32)"]
+        env[lf.name] = P
+    epi, elast = plan.epilogue.body(env, var_prefix="e_")
+    return eloads, epi, elast
+
+
+def _window_kernel(plan: PoolPlan, name: str, head: str, blocks: tuple[str, ...], body: list[str]) -> str:
+    """A @triton.jit kernel over a constexpr window: `head` arguments, the geometry, the epilogue's
+    tensors and the scalars, the window and `blocks` as constexprs, then the epilogue's modes."""
+    consts = ", ".join(
+        f"{n}: tl.constexpr"
+        for n in ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", *blocks)
+    )
+    tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
     scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
+    modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
+    return (
+        f"@triton.jit\ndef {name}({head}, D, H, W, OD, OH, OW{tens}{scal}, {consts}{modes}):\n"
+        + "\n".join("    " + x for x in body)
+        + "\n"
+    )
+
+
+def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
+    """One program per BLOCK output elements, the window (constexprs) unrolled in the kernel."""
+    eloads, epi, elast = _epilogue(
+        plan,
+        {
+            0: "tl.load({P}_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
+            1: "tl.load({P}_ptr + nc % C, mask=mask, other=0.0).to(tl.float32)",
+        },
+    )
+    inner, final, fill = _window(
+        plan,
+        "ok = mask & (idd >= 0) & (idd < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        ["v = tl.load(x_ptr + ((nc * D + idd) * H + ih) * W + iw, mask=ok, other=0.0).to(tl.float32)"],
+        "ok",
+        "cnt",
+    )
     body = [
         "pid = tl.program_id(0)",
         "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
@@ -305,16 +341,7 @@ def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
         *epi,
         f"tl.store(out_ptr + offs, {elast or 'res'}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
-    consts = ", ".join(
-        f"{n}: tl.constexpr"
-        for n in ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", "BLOCK")
-    )
-    tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
-    modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
-    kernel = (
-        f"@triton.jit\ndef pool_kernel(x_ptr, out_ptr, total, C, D, H, W, OD, OH, OW{tens}{scal}, {consts}"
-        f"{modes}):\n" + "\n".join("    " + x for x in body) + "\n"
-    )
+    kernel = _window_kernel(plan, "pool_kernel", "x_ptr, out_ptr, total, C", ("BLOCK",), body)
     block = int(params["BLOCK"])
     return kernel, [
         "    total = out.numel()",
@@ -323,6 +350,52 @@ def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
         "        KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],",
         f"        DD=d[0], DH=d[1], DW=d[2], BLOCK={block}{{tmodes}}, num_warps={int(params['num_warps'])})",
     ]
+
+
+def _cl_kernel(plan: PoolPlan) -> str:
+    """pool_cl_kernel: a channels-last input (N, D, H, W, C in memory) pooled into a
+    channels-last output, one program per tile of BP output pixels x BC channels: every window
+    element is one load of BC contiguous channels per pixel, so the layout a library conv gave
+    (cuDNN's fast one) needs no copy before the pool nor after it. The window is constexpr, as in
+    pool_kernel; epilogue tensors are per channel or one element (the launcher checks)."""
+    inner, final, fill = _window(
+        plan,
+        "ok = pm & (idd >= 0) & (idd < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        [
+            "m = ok[:, None] & cm[None, :]",
+            "pix = ((idd * H + ih) * W + iw).to(tl.int64)",
+            "v = tl.load(x_n + pix[:, None] * C + cc[None, :], mask=m, other=0.0).to(tl.float32)",
+        ],
+        "m",
+        "cnt[:, None]",
+    )
+    eloads, epi, elast = _epilogue(
+        plan, {1: "tl.load({P}_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]"}
+    )
+    body = [
+        "pp = tl.program_id(0) * BP + tl.arange(0, BP)",
+        "cc = tl.program_id(1) * BC + tl.arange(0, BC)",
+        "n = tl.program_id(2).to(tl.int64)",
+        "pm = pp < OD * OH * OW",
+        "cm = cc < C",
+        "ow = pp % OW",
+        "t = pp // OW",
+        "oh = t % OH",
+        "od = t // OH",
+        "x_n = x_ptr + n * D * H * W * C",
+        f"acc = tl.full([BP, BC], {fill}, tl.float32)",
+        "cnt = tl.zeros([BP], dtype=tl.float32)",
+        "for kd in tl.static_range(KD):",
+        "    for kh in tl.static_range(KH):",
+        "        for kw in tl.static_range(KW):",
+        *["            " + x for x in inner],
+        final,
+        *eloads,
+        *epi,
+        "o = (n * OD * OH * OW + pp.to(tl.int64))[:, None] * C + cc[None, :]",
+        f"tl.store(out_ptr + o, {elast or 'res'}.to(out_ptr.dtype.element_ty), mask=pm[:, None] & cm[None, :])",
+    ]
+    return _window_kernel(plan, "pool_cl_kernel", "x_ptr, out_ptr, C", ("BP", "BC"), body)
 
 
 EPI_MODE = '''
@@ -470,16 +543,15 @@ def _launcher(plan: PoolPlan, launch: list[str]) -> str:
         "scall": "".join(f", float(l_{lf.name})" for lf in plan.scalars),
         "tmodes": "".join(f", t_{lf.name}_MODE=t_{lf.name}_m" for lf in leaves),
     }
-    tprep = "".join(
-        f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, out.shape)" for lf in leaves
-    )
+    tprep = "".join(f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, oshape)" for lf in leaves)
+    # the channels-last kernel reads epilogue tensors per channel or as one element
+    cl_ok = " and ".join(f"t_{lf.name}_m != 0" for lf in leaves) or "True"
     return (
         EPI_MODE
         + f"""
 def launch_pool(x{targs}{sargs}, geometry=None):
     if x.dim() != {nd + 2}:
         raise ValueError(f"expected a {nd + 2}-d input, got {{tuple(x.shape)}}")
-    x = x.contiguous()
     spatial = [1] * {3 - nd} + list(x.shape[2:])
     D, H, W = spatial
     k, s, p, d = {[KD, KH, KW]!r}, {[SD, SH, SW]!r}, {[PD, PH, PW]!r}, {[DD, DH, DW]!r}
@@ -493,10 +565,30 @@ def launch_pool(x{targs}{sargs}, geometry=None):
     outs = [(L + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i, L in enumerate(spatial)]
     if min(outs) <= 0:
         raise ValueError("pooling window larger than the padded input")
-    out = torch.empty(list(x.shape[:2]) + outs[{3 - nd}:], device=x.device, dtype=x.dtype)
-    if out.numel() == 0:
-        return out
+    oshape = list(x.shape[:2]) + outs[{3 - nd}:]
+    if 0 in oshape:
+        return torch.empty(oshape, device=x.device, dtype=x.dtype)
     OD, OH, OW = outs{tprep}
+    cl_fmt = {{4: torch.channels_last, 5: torch.channels_last_3d}}.get(x.dim())
+    if (
+        cl_fmt is not None
+        and x.shape[1] > 1
+        and not x.is_contiguous()
+        and x.is_contiguous(memory_format=cl_fmt)
+        and {cl_ok}
+    ):
+        # channels-last in (a library conv's output), channels-last out: no copy either side
+        out = torch.empty(oshape, device=x.device, dtype=x.dtype, memory_format=cl_fmt)
+        C = x.shape[1]
+        bc = min(64, triton.next_power_of_2(C))
+        bp = max(16, 2048 // bc)
+        grid = (triton.cdiv(OD * OH * OW, bp), triton.cdiv(C, bc), x.shape[0])
+        pool_cl_kernel[grid](x, out, C, D, H, W, OD, OH, OW{fills["tcall"]}{fills["scall"]},
+            KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],
+            DD=d[0], DH=d[1], DW=d[2], BP=bp, BC=bc{fills["tmodes"]}, num_warps=4)
+        return out
+    x = x.contiguous()
+    out = torch.empty(oshape, device=x.device, dtype=x.dtype)
 """
         + "\n".join(ln.format(**fills) for ln in launch)
         + "\n    return out\n"
@@ -513,4 +605,5 @@ def _assemble(
     fwd = f"return launch_pool({', '.join(call)})"
     if plan.conv_call:
         fwd = f"t_conv = {plan.conv_call}\n" + fwd
-    return assemble(desc, ewops.HELPERS + "\n\n" + kernel, launcher, fwd, doc)
+    kernels = ewops.HELPERS + "\n\n" + kernel + "\n\n" + _cl_kernel(plan)
+    return assemble(desc, kernels, launcher, fwd, doc)
