@@ -160,17 +160,17 @@ def _wrap_up(proc: subprocess.Popen[bytes]) -> bool:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate the task's whole process group (optimize spawns sandbox workers)."""
+    """Kill the task's whole process group (optimize spawns sandbox workers) at once: SIGKILL,
+    since egg optimize takes SIGTERM as the request to wrap up (_wrap_up), which an interrupted
+    eval or a task past its timeout does not want. Waits for the optimize process."""
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGKILL)
     try:
         proc.wait(timeout=_KILL_GRACE_S)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        pass  # unkillable (uninterruptible sleep): the finally below tries the group again
 
 
 def _log_tail(path: Path, n: int = 3) -> str:
