@@ -277,7 +277,15 @@ def slow_reason(row: Row) -> str:
         parts.append(f"profiler: {row['profile_note']}")
     if row.get("timed_by") == "judge_wall":
         parts.append("timed by the judge's wall clock (launch-bound: its own median was not confirmed)")
+    if stage_timed(row):
+        parts.append("timed by its stage: the time box ended before the final benchmark")
     return "; ".join(parts) or "no reason recorded (no profile in the row)"
+
+
+def stage_timed(row: Row) -> bool:
+    """A row whose figures come from the stage that chose its kernel, not from the final
+    benchmark (a run wrapped up at the end of an eval's time box; graph/cli.py WrapUp)."""
+    return str(row.get("timed_by") or "").startswith("stage")
 
 
 def slow_vs_eager(rows: Iterable[Row]) -> list[dict[str, Any]]:
@@ -310,6 +318,7 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
         "phases": phase_totals(rows),
         "degenerate": [{"task": t, "flags": f} for t, f in flagged.items()],
         "slow_vs_eager": slow_vs_eager(rows),
+        "stage_timed": [str(r.get("task")) for r in rows if r.get("verified") and stage_timed(r)],
     }
 
 

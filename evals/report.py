@@ -475,6 +475,10 @@ def render_markdown(
     )  # fmt: skip
     lines += ["", f"Median roofline fraction: {_fmt(o['roofline_fraction']['median'], '.2f')} "
               f"(n={o['roofline_fraction']['n']})", ""]  # fmt: skip
+    if metrics.get("stage_timed"):
+        names = ", ".join(metrics["stage_timed"])
+        lines += [f"Timed by their stage, not by the final benchmark (the time box ended first): "
+                  f"{len(metrics['stage_timed'])} task(s): {names}.", ""]  # fmt: skip
     ex = metrics["overall_excluding_degenerate"]
     if metrics["degenerate"]:
         lines += [f"Excluding {len(metrics['degenerate'])} flagged task(s): verified "

@@ -223,3 +223,24 @@ def test_kernels_slower_than_0_9x_of_eager_are_listed_with_a_reason() -> None:
     md = render_markdown(rows, compute_metrics(rows), {})
     sec = md.split("## Slower than 0.9x of eager", 1)[1].split("##", 1)[0]
     assert "- gemm_k: 0.42x: compute-bound at 13%" in sec and "- net: 0.38x" in sec and "ok" not in sec
+
+
+def test_rows_timed_by_their_stage_are_named_in_the_report() -> None:
+    """A run wrapped up at the end of a time box is timed by its stage (timing.timed_by); the
+    report names those tasks, and a slow one's reason says so."""
+    from evals.report import render_markdown
+
+    wrapped = "stage (events); stopped before the final benchmark (SIGTERM: an eval's time box ended)"
+    rows = [
+        row("boxed", True, 0.5, timed_by=wrapped),
+        row("full", True, 1.5),
+        row("lost", False, timed_by=wrapped),
+    ]
+    m = compute_metrics(rows)
+    assert m["stage_timed"] == ["boxed"]
+    md = render_markdown(rows, m, {})
+    assert (
+        "Timed by their stage, not by the final benchmark (the time box ended first): 1 task(s): boxed." in md
+    )
+    assert "timed by its stage" in m["slow_vs_eager"][0]["reason"]
+    assert "Timed by their stage" not in render_markdown(rows[1:2], compute_metrics(rows[1:2]), {})
