@@ -28,8 +28,10 @@
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
 #   kernels  `session.sh kernels TASK.py ... [--seeds N]`: GPU time per kernel of eager, compile
 #            and the first seeds of each task, from the PyTorch profiler (evals/h200/kernel_times.py)
+#   tf32     the bsplit GEMM's in-register A split three ways (evals/h200/tf32_probe.py; its
+#            arguments, e.g. --k 65536)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite|probe|kernels [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite|probe|kernels|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -106,6 +108,10 @@ case "$step" in
   kernels)
     timeout -s INT "$budget" python3 -m evals.h200.kernel_times "$@" --out "$out" 2>&1 \
       | grep -v tool.describe | tee -a "$out/kernels.txt" || true
+    ;;
+  tf32)
+    timeout -s INT "$budget" python3 -m evals.h200.tf32_probe "$@" 2>&1 \
+      | grep -v tool.describe | tee -a "$out/probe.txt" || true
     ;;
   *)
     echo "unknown step $step" >&2
