@@ -69,8 +69,17 @@ def child(task_path: str, cand: str | None, mode: str) -> list | str:
     cmd = [sys.executable, "-m", "evals.h200.kernel_times", "--child", mode, task_path, cand or "-"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
-        return (p.stderr or p.stdout).strip().splitlines()[-1:][0] if (p.stderr or p.stdout) else "failed"
+        lines = (p.stderr or p.stdout).strip().splitlines()
+        return lines[-1] if lines else f"failed (exit {p.returncode})"
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def report(label: str, rows: list | str) -> None:
+    """A child's kernel table, or the line it failed with."""
+    if isinstance(rows, list):
+        show(label, rows)
+    else:
+        print(f"  {label}: {rows}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,13 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n## {p.stem}", flush=True)
         for mode in ("eager", "compile") if a.baselines else ():
             rows = child(str(p), None, mode)
-            show(mode, rows) if isinstance(rows, list) else print(f"  {mode}: {rows}")
+            report(mode, rows)
         for i, r in enumerate(seeds(task, desc, a.seeds)):
             f = out / f"{p.stem}.seed{i}.py"
             f.write_text(r.source)
             rows = child(str(p), str(f), "candidate")
             label = f"seed {i} {r.algorithm} {describe(r)}"
-            show(label, rows) if isinstance(rows, list) else print(f"  {label}: {rows}")
+            report(label, rows)
         sys.stdout.flush()
     return 0
 

@@ -22,7 +22,6 @@ argument. eps is read from the module at run time, not baked from the captured g
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +76,7 @@ def match(view: GraphView) -> BnPlan | None:
         # statistics cancel it exactly, so the conv runs without it and only the running
         # statistics' mean takes it into account (mean - bias, over C values).
         split = split_call(view, c, "")
-        uses_conv = any(c.name in json.dumps(n.args, default=str) + json.dumps(n.kwargs, default=str)
-                        for n in nodes[i + 1 :])  # fmt: skip
+        uses_conv = any(c.name in view.refs(n) for n in nodes[i + 1 :])
         if split is not None and split[1] is not None and not uses_conv:
             conv_call, conv_bias = split
     else:
