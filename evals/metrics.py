@@ -284,7 +284,7 @@ def slow_reason(row: Row) -> str:
 
 def stage_timed(row: Row) -> bool:
     """A row whose figures come from the stage that chose its kernel, not from the final
-    benchmark (a run wrapped up at the end of an eval's time box; graph/cli.py WrapUp)."""
+    benchmark (a run wrapped up at the end of an eval's time box; graph/cli.py _wrap_up_on_sigterm)."""
     return str(row.get("timed_by") or "").startswith("stage")
 
 

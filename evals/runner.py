@@ -50,7 +50,7 @@ ROW_SCHEMA = 1
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 DEFAULT_TASK_TIMEOUT_S = 3600.0
 _KILL_GRACE_S = 5.0
-# How long a run stopped by the time box has to write its result (graph/cli.py: WrapUp).
+# How long a run stopped by the time box has to write its result (graph/cli.py: _wrap_up_on_sigterm).
 _WRAP_UP_S = 15.0
 _POLL_S = 0.1
 # Config keys that must match on --resume: mixing rows of different models or policies in

@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -431,8 +431,22 @@ def optimize(
             f"thread {thread!r} already exists in the checkpoint store: pick another --thread-id, "
             f"continue it with `egg resume {thread}`, or re-run it with `egg replay {thread}`"
         )
+
+    def _wrap_up() -> None:
+        # Asked to stop now (an eval's time box ended): the best kernel verified so far, with the
+        # timing of the stage that chose it, rather than nothing.
+        if not _END.acquire(blocking=False):
+            return  # the run is ending on its own and writes its outputs
+        try:
+            values = wrap_up_values(compiled.get_state(_run_config(thread)).values)
+        except Exception as e:
+            _infra_failure(egg_home, thread, e)
+            sys.stderr.flush()
+            os._exit(1)
+        _write_wrap_up(values, out_dir, egg_home, thread, time.time() - t0)
+
     try:
-        with _wrap_up_on_sigterm():
+        with _wrap_up_on_sigterm(_wrap_up):
             values = run_graph(
                 compiled,
                 {"task": spec, "out_dir": str(out_dir.resolve())},
@@ -441,31 +455,33 @@ def optimize(
                 quiet=quiet,
                 header=header,
             )
-    except WrapUp:
-        # Asked to stop now (an eval's time box ended): the best kernel verified so far, with the
-        # timing of the stage that chose it, rather than nothing.
-        values = wrap_up_values(compiled.get_state({"configurable": {"thread_id": thread}}).values)
-        _write_wrap_up(values, out_dir, egg_home, thread, time.time() - t0)
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
+        _END.acquire()
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
+    _END.acquire()  # held until the process exits: a wrap-up started now leaves the outputs to this
     _finish_run(values, out_dir, egg_home, thread, time.time() - t0)
 
 
-class WrapUp(BaseException):
-    """SIGTERM during a run: stop the graph where it is and report what was verified."""
+# Taken by whichever of the run's own end and a wrap-up comes first; that one writes the outputs.
+_END = threading.Lock()
 
 
 @contextlib.contextmanager
-def _wrap_up_on_sigterm() -> Iterator[None]:
-    def _raise(signum: int, frame: Any) -> None:
+def _wrap_up_on_sigterm(wrap_up: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM during the run starts `wrap_up` on a thread of its own. The handler must not raise
+    into the main thread: LangGraph's executor would wait there for every node in flight (a GPU
+    job can take minutes) before the exception got anywhere. The graph goes on meanwhile; the
+    wrap-up writes the outputs and ends the process."""
+
+    def _start(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
-        raise WrapUp()
+        threading.Thread(target=wrap_up, name="egg-wrap-up", daemon=True).start()
 
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread (an embedding caller keeps its own)
         return
-    old = signal.signal(signal.SIGTERM, _raise)
+    old = signal.signal(signal.SIGTERM, _start)
     try:
         yield
     finally:

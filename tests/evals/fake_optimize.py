@@ -4,7 +4,7 @@ Parses the optimize CLI contract, then behaves according to the task's file stem
 FAKE_OPT_MODES="stem=mode,..." with mode one of ok | nokernel | badinput | crash | hang |
 noreport | lie | orphan; stems containing "degenerate" get a checker degenerate note; stems containing "sort" default to nokernel, others to ok.
 Modes overrun / overrun_nokernel ignore --run-seconds (a job that ran past the budget) and sleep
-until SIGTERM, then write a report as `egg optimize` does when an eval's time box ends (WrapUp):
+until SIGTERM, then write a report as `egg optimize` does when an eval's time box ends (its wrap-up):
 verified with the stage's timing, or no kernel.
 FAKE_OPT_SLEEP: seconds to sleep before finishing (for resume/interrupt tests);
 FAKE_OPT_SLEEPS="stem=seconds,..." per task. With --run-seconds shorter than the sleep, the run
