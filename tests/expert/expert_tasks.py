@@ -897,6 +897,13 @@ CASES["pool_conv_relu_bias"] = (
     .replace("{shape}", "N, C, H, W"),
     {"N": 2, "C": 3, "D": 5, "H": 9, "W": 11},
 )
+# Rows wide enough (34 outputs) for row tiles, so the conv's bias goes through each kernel.
+CASES["pool_conv_bias_rows"] = (
+    POOL_TEMPLATE.replace("{init}", "self.conv = nn.Conv2d(3, 4, 3)\n        self.pool = nn.MaxPool2d(2)")
+    .replace("{expr}", "self.pool(torch.relu(self.conv(x)))")
+    .replace("{shape}", "N, C, H, W"),
+    {"N": 1, "C": 3, "D": 5, "H": 6, "W": 70},
+)
 CASES["pool_avg2d_chscale"] = (
     POOL_TEMPLATE.replace("{init}", "self.s = nn.Parameter(torch.randn(3, 1, 1))")
     .replace("{expr}", "F.avg_pool2d(x, 2) * self.s")

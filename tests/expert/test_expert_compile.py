@@ -57,6 +57,7 @@ COMPILE_CASES = [
     "rl_triplet_module_sum",
     "linear_bn1d_gelu",
     "pool_conv_relu_bias",
+    "pool_conv_bias_rows",
     "pool_avg2d_chscale",
     "pool_cl_max2d_bias",
     "pool_cl_max3d",

@@ -89,3 +89,18 @@ def test_linear_before_batchnorm_is_a_triton_gemm_group(seeds):
     assert first["g0.algorithm"] == "tiled" and first["g0.PRECISION"] == "tf32x3"
     assert first["g1.algorithm"] == "channel-tiles"
     assert "library" in {r.params["g0.algorithm"] for r in replies[1:]}
+
+
+def test_pooled_library_conv_runs_without_its_bias(seeds):
+    """PyTorch adds a conv's bias in a pass of its own over the output: the pooling kernels add
+    it to each element they load instead (row tiles, the generic kernel and channels-last)."""
+    for case in ("pool_conv_relu_bias", "pool_conv_bias_rows"):
+        for r in seeds[case]:
+            assert "self.conv.weight, None" in r.source and "self.conv(" not in r.source
+            pools = [
+                ln
+                for ln in r.source.splitlines()
+                if ln.startswith("def ") and "pool" in ln and "kernel(" in ln
+            ]
+            assert len(pools) >= 2 and all("cb_ptr" in ln for ln in pools), (r.origin, pools)
+            assert r.source.count("cb = tl.load(cb_ptr") == len(pools)

@@ -14,6 +14,9 @@ Algorithms (the seeds):
                  per-element index division.
   direct-window  one program per BLOCK flat output elements, every window element loaded per
                  output (the fallback).
+A library conv's bias is left out of its call and added to each element as it is loaded (PyTorch
+adds it in a pass of its own over the conv's output). The generic kernel's index arithmetic is
+32-bit unless the tensors need 64 bits.
 Both read a channels-last input (a library conv's output in a channels-last network) with
 pool_cl_kernel instead, decided at run time: tiles of output pixels x channels, each window element
 one load of contiguous channels, and a channels-last output, so the layout survives the pool with
@@ -31,7 +34,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
-from .libconv import LIB_OPS, library_call
+from .libconv import LIB_OPS, library_call, split_call
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
 
@@ -54,6 +57,10 @@ class PoolPlan:
     # A pooling module's (kernel, stride, padding, dilation) read at run time (module scalars
     # may differ from the captured ones, e.g. at the checker's second shape).
     geometry: str | None = None
+    # The library conv's bias, left out of conv_call and added to each loaded element before the
+    # prologue (None: no bias, or kept in the call). PyTorch adds a conv's bias in a pass of its
+    # own over the whole output; here it costs a load per channel.
+    conv_bias: str | None = None
 
 
 def _tup(v: Any, nd: int, name: str) -> list[int]:
@@ -107,10 +114,13 @@ def match(view: GraphView) -> PoolPlan | None:
     cip = bool(get("count_include_pad", True)) if kind == "avg" else True
     i = [n.name for n in nodes].index(p.name)
     pro, epi = nodes[:i], nodes[i + 1 :]
-    conv_call = None
+    conv_call = conv_bias = None
     if pro and pro[0].op in LIB_OPS:
         c = pro[0]
         conv_call = library_call(view, c)
+        split = split_call(view, c, "")
+        if split is not None and split[1] is not None and not any(c.name in view.refs(n) for n in epi):
+            conv_call, conv_bias = split
         # The conv output becomes the pooled tensor leaf (computed by the library call).
         view = dataclasses.replace(view, leaves={**view.leaves, c.name: Leaf(c.name, "t_conv", c.shape)})
         pro = pro[1:]
@@ -150,6 +160,7 @@ def match(view: GraphView) -> PoolPlan | None:
         scalars,
         conv_call,
         geometry,
+        conv_bias,
     )
 
 
@@ -294,7 +305,7 @@ def _window_kernel(plan: PoolPlan, name: str, head: str, blocks: tuple[str, ...]
         f"{n}: tl.constexpr"
         for n in ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW", *blocks)
     )
-    tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
+    tens = _tensor_params(plan)
     scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
     modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
     return (
@@ -316,13 +327,21 @@ def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
     inner, final, fill = _window(
         plan,
         "ok = mask & (idd >= 0) & (idd < D) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
-        ["v = tl.load(x_ptr + ((nc * D + idd) * H + ih) * W + iw, mask=ok, other=0.0).to(tl.float32)"],
+        [
+            "v = tl.load(x_ptr + ((nc * D + idd) * H + ih) * W + iw, mask=ok, other=0.0).to(tl.float32)",
+            *_bias_add(plan),
+        ],
         "ok",
         "cnt",
     )
     body = [
         "pid = tl.program_id(0)",
-        "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        # 32-bit index arithmetic unless the tensors need 64 (a 64-bit division costs tens of
+        # instructions, four of them per output element)
+        "if WIDE:",
+        "    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        "else:",
+        "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
         "mask = offs < total",
         "ow = offs % OW",
         "t = offs // OW",
@@ -330,6 +349,7 @@ def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
         "t = t // OH",
         "od = t % OD",
         "nc = t // OD",
+        *(["cb = tl.load(cb_ptr + nc % C, mask=mask, other=0.0).to(tl.float32)"] if plan.conv_bias else []),
         f"acc = tl.full([BLOCK], {fill}, tl.float32)",
         "cnt = tl.zeros([BLOCK], dtype=tl.float32)",
         "for kd in tl.static_range(KD):",
@@ -341,14 +361,15 @@ def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
         *epi,
         f"tl.store(out_ptr + offs, {elast or 'res'}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
-    kernel = _window_kernel(plan, "pool_kernel", "x_ptr, out_ptr, total, C", ("BLOCK",), body)
+    kernel = _window_kernel(plan, "pool_kernel", "x_ptr, out_ptr, total, C", ("BLOCK", "WIDE"), body)
     block = int(params["BLOCK"])
     return kernel, [
         "    total = out.numel()",
         f"    pool_kernel[(triton.cdiv(total, {block}),)](x, out, total, x.shape[1], D, H, W, OD, OH, OW"
         "{tcall}{scall},",
         "        KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],",
-        f"        DD=d[0], DH=d[1], DW=d[2], BLOCK={block}{{tmodes}}, num_warps={int(params['num_warps'])})",
+        f"        DD=d[0], DH=d[1], DW=d[2], BLOCK={block}, WIDE=max(x.numel(), total) + {block} >= 2**31"
+        f"{{tmodes}}, num_warps={int(params['num_warps'])})",
     ]
 
 
@@ -365,6 +386,7 @@ def _cl_kernel(plan: PoolPlan) -> str:
             "m = ok[:, None] & cm[None, :]",
             "pix = ((idd * H + ih) * W + iw).to(tl.int64)",
             "v = tl.load(x_n + pix[:, None] * C + cc[None, :], mask=m, other=0.0).to(tl.float32)",
+            *_bias_add(plan),
         ],
         "m",
         "cnt[:, None]",
@@ -378,6 +400,11 @@ def _cl_kernel(plan: PoolPlan) -> str:
         "n = tl.program_id(2).to(tl.int64)",
         "pm = pp < OD * OH * OW",
         "cm = cc < C",
+        *(
+            ["cb = tl.load(cb_ptr + cc, mask=cm, other=0.0).to(tl.float32)[None, :]"]
+            if plan.conv_bias
+            else []
+        ),
         "ow = pp % OW",
         "t = pp // OW",
         "oh = t % OH",
@@ -442,6 +469,7 @@ def _rows(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
         "x_nc = x_ptr + nc.to(tl.int64) * D * H * W",
         f"ih0 = oh0 * {SH} - {PH}",
         f"id0 = od * {SD} - {PD}",
+        *(["cb = tl.load(cb_ptr + nc % C).to(tl.float32)"] if plan.conv_bias else []),
     ]
     for kw in range(KW):
         off = kw * DW - PW
@@ -462,6 +490,7 @@ def _rows(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
                 L += [
                     f"m = wok{kw} & ok",
                     f"v = tl.load(row + iw{kw}, mask=m, other=0.0).to(tl.float32)",
+                    *_bias_add(plan),
                     *pro,
                     f"v = tl.where(m, {plast or 'v'}, {fill})",
                     f"{h} = {comb.format(a=h, b='v')}",
@@ -509,7 +538,7 @@ def _rows(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
             *epi,
             f"tl.store(out_ptr + offs, {elast or f'res{r}'}.to(out_ptr.dtype.element_ty), mask=omask)",
         ]
-    tens = "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
+    tens = _tensor_params(plan)
     scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
     modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
     kernel = (
@@ -527,6 +556,17 @@ def _rows(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
     ]
 
 
+def _tensor_params(plan: PoolPlan) -> str:
+    """A kernel's tensor arguments after the geometry: the conv's bias, then the epilogue's."""
+    bias = ", cb_ptr" if plan.conv_bias else ""
+    return bias + "".join(f", t_{lf.name}_ptr" for lf in plan.epilogue.tensor_leaves)
+
+
+def _bias_add(plan: PoolPlan) -> list[str]:
+    """After a window element's load `v`: the conv's bias (`cb`, loaded once per program)."""
+    return ["v = v + cb"] if plan.conv_bias else []
+
+
 def _launcher(plan: PoolPlan, launch: list[str]) -> str:
     """launch_pool(): output geometry and epilogue operands, then the `launch` lines (which may
     use {tcall}, {scall} and {tmodes}: the epilogue tensors, scalars and their modes)."""
@@ -537,9 +577,9 @@ def _launcher(plan: PoolPlan, launch: list[str]) -> str:
     nd = plan.nd
     leaves = plan.epilogue.tensor_leaves
     sargs = "".join(f", l_{lf.name}" for lf in plan.scalars)
-    targs = "".join(f", t_{lf.name}" for lf in leaves)
+    targs = (", cbias" if plan.conv_bias else "") + "".join(f", t_{lf.name}" for lf in leaves)
     fills = {
-        "tcall": "".join(f", t_{lf.name}_c" for lf in leaves),
+        "tcall": (", cbias" if plan.conv_bias else "") + "".join(f", t_{lf.name}_c" for lf in leaves),
         "scall": "".join(f", float(l_{lf.name})" for lf in plan.scalars),
         "tmodes": "".join(f", t_{lf.name}_MODE=t_{lf.name}_m" for lf in leaves),
     }
@@ -598,7 +638,8 @@ def launch_pool(x{targs}{sargs}, geometry=None):
 def _assemble(
     desc: TaskDescription, plan: PoolPlan, params: dict[str, Any], kernel: str, launcher: str
 ) -> str:
-    call = [plan.x.expr] + [lf.expr for lf in plan.epilogue.tensor_leaves] + [lf.expr for lf in plan.scalars]
+    call = [plan.x.expr, *([plan.conv_bias] if plan.conv_bias else [])]
+    call += [lf.expr for lf in plan.epilogue.tensor_leaves] + [lf.expr for lf in plan.scalars]
     if plan.geometry:
         call.append(f"geometry={plan.geometry}")
     doc = f"EGG expert: pooling family ({plan.op}_pool{plan.nd}d), algorithm {params['algorithm']}."
