@@ -341,8 +341,16 @@ def _pooling(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[R
         return [
             (
                 f"every output loads its {loads} window elements and decodes its flat index with "
-                "64-bit divisions; row tiles share input rows between output rows.",
+                "divisions; row tiles share input rows between output rows.",
                 ["algorithm=row-tiles"],
+            )
+        ]
+    if algo.endswith("channels-last"):
+        return [
+            (
+                "channels-last tiles: CL_BC contiguous channels x CL_TILE / CL_BC output pixels per "
+                "program; each window element is one load of the tile's channels.",
+                ["CL_BC", "CL_TILE", "num_warps"],
             )
         ]
     return [

@@ -113,3 +113,25 @@ def test_network_channels_last_seed_pools_in_that_layout(seeds, tmp_path):
     p = _run(NET_SCRIPT, CASES["net_conv_pool"][0], r.source, tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "1"
+
+
+def test_pooled_conv_first_seed_is_channels_last(seeds, tmp_path):
+    """A conv + pool group on an NCHW input: its first seed turns the conv's input channels-last,
+    so cuDNN answers in that layout and the channels-last pool reads it (AlexNet's pool groups,
+    first in the network, left cuDNN turning every output back to NCHW: 1.05 ms a forward on the
+    H200). The other seeds keep the NCHW pools."""
+    for case in ("pool_conv_relu_bias", "pool_conv_bias_rows"):
+        algos = [r.algorithm for r in seeds[case]]
+        assert algos[0] == "library-conv+channels-last" and len(algos) == 3, algos
+        first = seeds[case][0]
+        assert "to_channels_last(" in first.source and "self.conv.weight, None" in first.source
+        src, ov = CASES[case]
+        sizes = {"N": 4, "C": 8, "D": 16, "H": 32, "W": 32, **ov}
+        line = "N, C, D, H, W = 4, 8, 16, 32, 32"
+        assert line in src
+        src = src.replace(line, "N, C, D, H, W = " + ", ".join(str(sizes[k]) for k in "NCDHW"))
+        p = _run(NET_SCRIPT, src, first.source, tmp_path / case)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert p.stdout.strip() == "1"
+        for r in seeds[case][1:]:
+            assert "to_channels_last(" not in r.source

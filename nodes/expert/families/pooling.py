@@ -14,6 +14,10 @@ Algorithms (the seeds):
                  per-element index division.
   direct-window  one program per BLOCK flat output elements, every window element loaded per
                  output (the fallback).
+  library-conv+channels-last
+                 (first, with a 2-d/3-d library conv) the conv's input turned channels-last, so
+                 cuDNN computes and answers in its native layout (an NCHW input costs a layout
+                 change inside the library on each side), and pool_cl_kernel pools that output.
 A library conv's bias is left out of its call and added to each element as it is loaded (PyTorch
 adds it in a pass of its own over the conv's output). The generic kernel's index arithmetic is
 32-bit unless the tensors need 64 bits.
@@ -34,6 +38,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
+from ..kernelfiles import kernel_source
 from .libconv import LIB_OPS, library_call, split_call
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
@@ -61,6 +66,10 @@ class PoolPlan:
     # prologue (None: no bias, or kept in the call). PyTorch adds a conv's bias in a pass of its
     # own over the whole output; here it costs a load per channel.
     conv_bias: str | None = None
+    # The conv on its input turned channels-last (cuDNN's native layout on Hopper: no layout
+    # change inside the library on either side), bias as in conv_call; None where the call does
+    # not split or the conv is 1-d.
+    conv_call_cl: str | None = None
 
 
 def _tup(v: Any, nd: int, name: str) -> list[int]:
@@ -114,13 +123,16 @@ def match(view: GraphView) -> PoolPlan | None:
     cip = bool(get("count_include_pad", True)) if kind == "avg" else True
     i = [n.name for n in nodes].index(p.name)
     pro, epi = nodes[:i], nodes[i + 1 :]
-    conv_call = conv_bias = None
+    conv_call = conv_bias = conv_call_cl = None
     if pro and pro[0].op in LIB_OPS:
         c = pro[0]
         conv_call = library_call(view, c)
         split = split_call(view, c, "")
         if split is not None and split[1] is not None and not any(c.name in view.refs(n) for n in epi):
             conv_call, conv_bias = split
+        split_cl = split_call(view, c, "to_channels_last") if int(c.op[-2]) > 1 else None
+        if split_cl is not None and split_cl[1] == conv_bias:
+            conv_call_cl = split_cl[0]
         # The conv output becomes the pooled tensor leaf (computed by the library call).
         view = dataclasses.replace(view, leaves={**view.leaves, c.name: Leaf(c.name, "t_conv", c.shape)})
         pro = pro[1:]
@@ -161,17 +173,21 @@ def match(view: GraphView) -> PoolPlan | None:
         conv_call,
         geometry,
         conv_bias,
+        conv_call_cl,
     )
 
 
 ROWS = "row-tiles"
+CL = "library-conv+channels-last"
 # Narrowest output row (elements) that row tiles take; narrower rows go to the generic kernel.
 ROW_TILE_MIN_W = 32
 
 
 def algorithms(plan: PoolPlan) -> list[str]:
     if plan.conv_call:
-        return ["library-conv+row-tiles", "library-conv+direct-window"]
+        # channels-last first: a partition's first seed keeps a network's convs in that layout
+        cl = [CL] if plan.conv_call_cl else []
+        return [*cl, "library-conv+row-tiles", "library-conv+direct-window"]
     return [ROWS, "direct-window"]
 
 
@@ -182,6 +198,9 @@ def defaults(plan: PoolPlan, algorithm: str) -> dict[str, Any]:
         overlap = plan.stride[-2] < plan.kernel[-2] * plan.dilation[-2] if plan.nd >= 2 else False
         # 512 columns at 4 warps: 4 per thread, one 16-byte vector where a row load is aligned.
         return {"BLOCK_W": 512, "ROWS_OUT": 8 if overlap else 2, "num_warps": 4}
+    if algorithm == CL:
+        # pool_cl_kernel's tile: CL_BC channels x CL_TILE // CL_BC output pixels
+        return {"BLOCK": 512, "CL_BC": 64, "CL_TILE": 2048, "num_warps": 4}
     return {"BLOCK": 512, "num_warps": 4}
 
 
@@ -206,6 +225,11 @@ def space(plan: PoolPlan, params: dict[str, Any], stage: str, sp: dict[str, list
             "tiling": {"BLOCK_W": [256, 1024, 128, 64], "ROWS_OUT": rows},
             "memory": {"num_warps": [8, 2, 1]},
         }.get(stage, {})
+    if params["algorithm"] == CL:
+        return {
+            "tiling": {"CL_BC": [32, 128, 16], "CL_TILE": [1024, 4096]},
+            "memory": {"num_warps": [8, 2]},
+        }.get(stage, {})
     return {"tiling": {"BLOCK": [1024, 256, 2048]}, "memory": {"num_warps": [8, 2]}}.get(stage, {})
 
 
@@ -225,7 +249,7 @@ def _pad3(v: list[int], fill: int) -> list[int]:
 def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dict[str, Any]) -> str:
     if not params["algorithm"].endswith(ROWS):
         kernel, launch = _generic(plan, params)
-        return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
+        return _assemble(desc, plan, params, kernel, _launcher(plan, launch, params))
     kernel, launch = _rows(plan, params)
     # Row tiles pay when an output row is at least a warp wide: narrower rows would leave most
     # lanes of every tile masked (and make many tiny programs), so the generic kernel, one
@@ -250,7 +274,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: PoolPlan, params: dic
         "    else:",
         *("    " + ln for ln in glaunch),
     ]
-    return _assemble(desc, plan, params, kernel, _launcher(plan, launch))
+    return _assemble(desc, plan, params, kernel, _launcher(plan, launch, params))
 
 
 def _window(plan: PoolPlan, ok: str, load: list[str], valid: str, cnt: str) -> tuple[list[str], str, str]:
@@ -567,7 +591,7 @@ def _bias_add(plan: PoolPlan) -> list[str]:
     return ["v = v + cb"] if plan.conv_bias else []
 
 
-def _launcher(plan: PoolPlan, launch: list[str]) -> str:
+def _launcher(plan: PoolPlan, launch: list[str], params: dict[str, Any]) -> str:
     """launch_pool(): output geometry and epilogue operands, then the `launch` lines (which may
     use {tcall}, {scall} and {tmodes}: the epilogue tensors, scalars and their modes)."""
     KD, KH, KW = _pad3(plan.kernel, 1)
@@ -586,6 +610,7 @@ def _launcher(plan: PoolPlan, launch: list[str]) -> str:
     tprep = "".join(f"\n    t_{lf.name}_c, t_{lf.name}_m = _epi_mode(t_{lf.name}, oshape)" for lf in leaves)
     # the channels-last kernel reads epilogue tensors per channel or as one element
     cl_ok = " and ".join(f"t_{lf.name}_m != 0" for lf in leaves) or "True"
+    cl_warps = int(params["num_warps"]) if params["algorithm"] == CL else 4
     return (
         EPI_MODE
         + f"""
@@ -620,12 +645,12 @@ def launch_pool(x{targs}{sargs}, geometry=None):
         # channels-last in (a library conv's output), channels-last out: no copy either side
         out = torch.empty(oshape, device=x.device, dtype=x.dtype, memory_format=cl_fmt)
         C = x.shape[1]
-        bc = min(64, triton.next_power_of_2(C))
-        bp = max(16, 2048 // bc)
+        bc = min({int(params.get("CL_BC", 64))}, triton.next_power_of_2(C))
+        bp = max(16, {int(params.get("CL_TILE", 2048))} // bc)
         grid = (triton.cdiv(OD * OH * OW, bp), triton.cdiv(C, bc), x.shape[0])
         pool_cl_kernel[grid](x, out, C, D, H, W, OD, OH, OW{fills["tcall"]}{fills["scall"]},
             KD=k[0], KH=k[1], KW=k[2], SD=s[0], SH=s[1], SW=s[2], PD=p[0], PH=p[1], PW=p[2],
-            DD=d[0], DH=d[1], DW=d[2], BP=bp, BC=bc{fills["tmodes"]}, num_warps=4)
+            DD=d[0], DH=d[1], DW=d[2], BP=bp, BC=bc{fills["tmodes"]}, num_warps={cl_warps})
         return out
     x = x.contiguous()
     out = torch.empty(oshape, device=x.device, dtype=x.dtype)
@@ -644,7 +669,12 @@ def _assemble(
         call.append(f"geometry={plan.geometry}")
     doc = f"EGG expert: pooling family ({plan.op}_pool{plan.nd}d), algorithm {params['algorithm']}."
     fwd = f"return launch_pool({', '.join(call)})"
+    cl = params["algorithm"] == CL
     if plan.conv_call:
-        fwd = f"t_conv = {plan.conv_call}\n" + fwd
+        fwd = f"t_conv = {plan.conv_call_cl if cl else plan.conv_call}\n" + fwd
     kernels = ewops.HELPERS + "\n\n" + kernel + "\n\n" + _cl_kernel(plan)
+    if cl:
+        doc += " The conv's input is turned channels-last, so cuDNN works and answers in that layout."
+        kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
+        launcher += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last")
     return assemble(desc, kernels, launcher, fwd, doc)
