@@ -119,6 +119,19 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
         out["unmeasured_verified"][which] = len(verified) - len(spd)
     roof = [x for r in verified if (x := _num(r.get("roofline_fraction"))) is not None]
     out["roofline_fraction"] = {"n": len(roof), "median": statistics.median(roof) if roof else None}
+    # per bottleneck (issue 13 asks memory-bound kernels for a median of 80% of the bandwidth roof)
+    by: dict[str, list[tuple[float, str]]] = {}
+    for r in verified:
+        if (x := _num(r.get("roofline_fraction"))) is not None and r.get("bottleneck"):
+            by.setdefault(str(r["bottleneck"]), []).append((x, str(r.get("task"))))
+    out["roofline_by_bottleneck"] = {
+        b: {
+            "n": len(v),
+            "median": statistics.median(x for x, _ in v),
+            "below_0.8": [t for x, t in sorted(v) if x < 0.8],
+        }
+        for b, v in sorted(by.items())
+    }
     out["tokens"] = {
         "input": sum(int((r.get("tokens") or {}).get("input") or 0) for r in rows),
         "output": sum(int((r.get("tokens") or {}).get("output") or 0) for r in rows),

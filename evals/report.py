@@ -475,6 +475,11 @@ def render_markdown(
     )  # fmt: skip
     lines += ["", f"Median roofline fraction: {_fmt(o['roofline_fraction']['median'], '.2f')} "
               f"(n={o['roofline_fraction']['n']})", ""]  # fmt: skip
+    for bn, v in (o.get("roofline_by_bottleneck") or {}).items():
+        below = ", ".join(v["below_0.8"]) or "none"
+        lines.append(f"- {bn}-bound: median {_fmt(v['median'], '.2f')} (n={v['n']}); below 0.8: {below}")
+    if o.get("roofline_by_bottleneck"):
+        lines.append("")
     if metrics.get("stage_timed"):
         names = ", ".join(metrics["stage_timed"])
         lines += [f"Timed by their stage, not by the final benchmark (the time box ended first): "

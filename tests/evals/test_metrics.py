@@ -244,3 +244,24 @@ def test_rows_timed_by_their_stage_are_named_in_the_report() -> None:
     )
     assert "timed by its stage" in m["slow_vs_eager"][0]["reason"]
     assert "Timed by their stage" not in render_markdown(rows[1:2], compute_metrics(rows[1:2]), {})
+
+
+def test_roofline_fraction_per_bottleneck_names_memory_bound_kernels_below_the_bar() -> None:
+    """Issue 13 asks memory-bound kernels for a median of 80% of the bandwidth roof: the summary
+    gives the median per bottleneck and names the kernels under 0.8, worst first."""
+    from evals.report import render_markdown
+
+    rows = [
+        row("ew", True, 1.0, roofline_fraction=0.95, bottleneck="memory"),
+        row("norm", True, 1.0, roofline_fraction=0.6, bottleneck="memory"),
+        row("pool", True, 1.0, roofline_fraction=0.4, bottleneck="memory"),
+        row("gemm", True, 1.0, roofline_fraction=0.5, bottleneck="compute"),
+        row("bad", False, None, roofline_fraction=0.1, bottleneck="memory"),  # not verified
+        row("none", True, 1.0),  # no profile
+    ]
+    s = summarize(rows)
+    mem = s["roofline_by_bottleneck"]["memory"]
+    assert mem["n"] == 3 and mem["median"] == pytest.approx(0.6) and mem["below_0.8"] == ["pool", "norm"]
+    assert s["roofline_by_bottleneck"]["compute"]["below_0.8"] == ["gemm"]
+    md = render_markdown(rows, compute_metrics(rows), {})
+    assert "- memory-bound: median 0.60 (n=3); below 0.8: pool, norm" in md
