@@ -194,3 +194,41 @@ def test_refine_fuses_kernel_per_op(descs):
     assert r.origin == "refine:fuse-chain" and r.algorithm == "fused"
     assert r.source.count("@triton.jit") < per_op.source.count("@triton.jit")
     assert code.write(request(desc, mode="refine", best=best_from_reply(r))).source is None
+
+
+def _mismatch(r: CodeReply) -> tuple[Attempt, Diagnosis]:
+    cand = Candidate(
+        id="c1", source=r.source, stage="algorithm", origin=r.origin, family=r.family,
+        algorithm=r.algorithm, params=r.params,
+    )  # fmt: skip
+    failed = Attempt(
+        candidate=cand,
+        compile=CompileReport(ok=True),
+        check=CheckReport(accepted=False, reasons=["mismatch: max_abs_err 2.5e-4 > 1e-4"]),
+    )
+    return failed, Diagnosis(rule="mismatch", diagnosis="x", fix_plan="y")
+
+
+def test_fix_mismatch_of_a_library_conv_turns_tf32_off_and_keeps_the_layout(descs):
+    """A channels-last TF32 library conv that misses the bar (level2/71 on the H200) is fixed by
+    the same candidate with cuDNN's TF32 off, not by giving up the layout (the NCHW library seed
+    is tried anyway); the fixed candidate passes the check, and a second mismatch switches
+    algorithm."""
+    from expert_helpers import check_jobs, run_jobs
+    from expert_tasks import CASES
+
+    code = ExpertCode()
+    desc = descs["conv_bias_relu"]
+    seed = code.write(request(desc, seed_index=0))
+    assert seed.algorithm == "library-conv+tile-epilogue" and seed.params["CHANNELS_LAST"]
+    failed, diag = _mismatch(seed)
+    r = code.write(request(desc, mode="fix", failed=failed, diagnosis=diag))
+    assert r.origin == "fix:mismatch:cudnn-fp32" and r.algorithm == seed.algorithm
+    assert r.params["PRECISION"] == "cudnn-fp32" and r.params["CHANNELS_LAST"]
+    assert "_cudnn_fp32(lambda: torch.nn.functional.conv2d(to_channels_last(" in r.source
+    src, ov = CASES["conv_bias_relu"]
+    [res] = run_jobs(check_jobs(src, ov, [r], trials=2), interpret=True)
+    assert res.get("ok"), res
+    failed2, _ = _mismatch(r)
+    r2 = code.write(request(desc, mode="fix", failed=failed2, diagnosis=diag))
+    assert r2.source is not None and r2.algorithm != seed.algorithm, r2.origin
