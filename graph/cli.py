@@ -432,10 +432,14 @@ def optimize(
             f"continue it with `egg resume {thread}`, or re-run it with `egg replay {thread}`"
         )
 
+    # Taken by whichever of the run's own end and a wrap-up comes first; that one writes the
+    # outputs (one per call: an embedding caller may run several in one process).
+    end = threading.Lock()
+
     def _wrap_up() -> None:
         # Asked to stop now (an eval's time box ended): the best kernel verified so far, with the
         # timing of the stage that chose it, rather than nothing.
-        if not _END.acquire(blocking=False):
+        if not end.acquire(blocking=False):
             return  # the run is ending on its own and writes its outputs
         try:
             values = wrap_up_values(compiled.get_state(_run_config(thread)).values)
@@ -456,15 +460,11 @@ def optimize(
                 header=header,
             )
     except Exception as e:  # an infrastructure fault: one line here, the traceback in the thread's log
-        _END.acquire()
+        end.acquire()
         _infra_failure(egg_home, thread, e)
         raise typer.Exit(1) from None
-    _END.acquire()  # held until the process exits: a wrap-up started now leaves the outputs to this
+    end.acquire()  # held from here on: a wrap-up started now leaves the outputs to this
     _finish_run(values, out_dir, egg_home, thread, time.time() - t0)
-
-
-# Taken by whichever of the run's own end and a wrap-up comes first; that one writes the outputs.
-_END = threading.Lock()
 
 
 @contextlib.contextmanager
