@@ -61,7 +61,7 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     # K split at launch into chunks (the last one ragged), partials reduced in a second kernel
     "large_k_splitk": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
     # the same with B split once before the GEMM (TF32 high / fp32 low, K-major, padded) and A
-    # split in registers every K step ("tf32x3-bsplit", the split-k refinement)
+    # split in registers every K step ("tf32x3-bsplit", split-k's default from 128 rows of A)
     "large_k_bsplit": ("mm12_large_k_ragged.py", {"M": 20, "K": 3001, "N": 33}, "gemm", "split-k"),
     # B split once for the tiled kernel, ragged M, N, K (EVEN_K false: masked A and B loads)
     "mm_bsplit": ("mm10_matmul_ragged.py", {"M": 67, "K": 45, "N": 71}, "gemm", "tiled"),
@@ -373,6 +373,12 @@ def test_gemm_shape_driven_choices(descs):
         r = _reply(descs, case)
         assert r.params["PRECISION"] == "tf32x3"
         assert 'input_precision="tf32x3"' in r.source
+    # split-k splits B once (tf32x3-bsplit) where enough rows of A meet each B element, and
+    # keeps Triton's tf32x3 for a few rows (a classifier's batch), whose traffic is A + B
+    assert fam.defaults(large_k, "split-k")["PRECISION"] == "tf32x3-bsplit"
+    few_rows = dataclasses.replace(large_k, m=10, n=4096, k=25088)
+    assert fam.defaults(few_rows, "split-k")["PRECISION"] == "tf32x3"
+    assert fam.defaults(large_k, "tiled")["PRECISION"] == "tf32x3"
 
 
 def test_gemm_refinements_offer_tf32_last(descs):
@@ -380,11 +386,15 @@ def test_gemm_refinements_offer_tf32_last(descs):
     params = _reply(descs, "mm_ragged_kmajor").params
     refs = fam.refinements(plan, params)
     assert refs and refs[-1][0] == "refine:tf32" and refs[-1][1]["PRECISION"] == "tf32"
-    # B split once before the GEMM is not proposed (refused on the H200, see gemm.refinements)
+    # B split once is a default of split-k (gemm._bsplit_pays), never a refinement; its TF32
+    # refinement is offered like tf32x3's, and a mismatch falls back to Triton's tf32x3
     split = _reply(descs, "large_k_splitk").params
     assert all(r[1]["PRECISION"] != "tf32x3-bsplit" for r in [*refs, *fam.refinements(plan, split)])
+    bsplit = dict(split, PRECISION="tf32x3-bsplit")
+    assert fam.refinements(plan, bsplit)[-1][1]["PRECISION"] == "tf32"
     assert fam.valid(plan, dict(params, algorithm="tiled-persistent", PRECISION="tf32x3-bsplit"))
-    assert fam.safer(plan, dict(params, PRECISION="tf32x3-bsplit"), "mismatch")[0][1]["PRECISION"] == "ieee"
+    assert fam.safer(plan, bsplit, "mismatch")[0][1]["PRECISION"] == "tf32x3"
+    assert fam.safer(plan, dict(params, PRECISION="tf32x3"), "mismatch")[0][1]["PRECISION"] == "ieee"
     fixes = fam.safer(plan, dict(params, PRECISION="tf32"), "mismatch")
     assert fixes[0][1]["PRECISION"] == "tf32x3"
 

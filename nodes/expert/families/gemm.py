@@ -15,8 +15,8 @@ Algorithms (the seeds):
                  every tile in registers inside the K loop (for GEMMs whose M and N are large
                  enough that the split's extra operand traffic is small next to the MMAs)
 Parameters shared by the tl.dot algorithms: PRECISION (fp32 operands: tf32x3 by default, ieee,
-tf32x3-bsplit for tiled and split-k (B split once before the GEMM, A in registers; valid but not
-proposed: refused on the H200, see refinements), or tf32 as a
+tf32x3-bsplit for tiled and split-k (B split once before the GEMM, A in registers; split-k's
+default from 128 rows of A, see _bsplit_pays), or tf32 as a
 last refinement the checker judges; reports show it), FRESH_ACC (the split 3xTF32 forms sum each
 K step's three products in a zero accumulator before adding it to the running sum, as Triton's
 tf32x3 does: see _three_dots) and KMAJOR (copy operands that
@@ -326,11 +326,29 @@ def _kmajor_default(plan: GemmPlan) -> bool:
     return 150.0 * (1.0 / max(plan.m, 1) + 1.0 / max(plan.n, 1)) < 0.15
 
 
+# Rows of A from which split-k's fp32 default is tf32x3-bsplit (see _bsplit_pays).
+BSPLIT_MIN_M = 128
+
+
+def _bsplit_pays(plan: GemmPlan) -> bool:
+    """Split-k with B split once (tf32x3-bsplit) against Triton's tf32x3, which splits both
+    operand tiles in registers every K step. On the H200 at 256 x 524288 x 256 (seventh sitting's
+    fix, eighth sitting's probe, evals/h200/tf32_probe.py) bsplit ran the whole forward, B's split
+    included, in 1.173 ms against tf32x3's 3.121 ms, with the same mean error against float64
+    (-1.2e-7). The split reads B once more and writes and re-reads its two halves: about four
+    extra passes over K x N, paid back only when each B element meets enough rows of A. From
+    those timings the saving per MAC pays for the passes from about 50 rows of A; 128 leaves a
+    margin. A few rows (a classifier layer's batch of 10) keep tf32x3, whose traffic is A + B."""
+    return plan.dtype == "float32" and plan.m >= BSPLIT_MIN_M
+
+
 def _precision(plan: GemmPlan, algorithm: str) -> str | None:
     if plan.dtype != "float32":
         return None
     if algorithm == PRESPLIT:
         return PRESPLIT_PRECISION
+    if algorithm == "split-k" and _bsplit_pays(plan):
+        return BSPLIT_PRECISION
     return "ieee" if algorithm == "tiled-ieee" else "tf32x3"
 
 
@@ -520,16 +538,10 @@ def refinements(plan: GemmPlan, params: dict[str, Any]) -> list[tuple[str, dict[
                 "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
             )
         )
-    # tf32x3-bsplit (B split once before the GEMM, A split in registers) is not offered: on the
-    # H200 its split-k kernel at KernelBench level1/6's 256 x 524288 x 256 missed the checker's
-    # bar by 50x with an error of one sign (130823 vs 130845 for every output). The seventh
-    # sitting's probe (evals/h200/tf32_probe.py) found its in-register split compiled as written
-    # and the bias growing with K: the kernel fed its running sum to the MMAs, whose fp32
-    # accumulation truncates. It now sums each K step apart (FRESH_ACC, _three_dots), which keeps
-    # fp32 accuracy under the truncation emulated on CPU (tests/expert/test_tf32_truncation.py);
-    # until the probe has confirmed that and timed it on a GPU, a refinement that costs a large
-    # GEMM a 150 s check is not proposed. The parameter stays valid for explicit use.
-    if params["algorithm"] in DOT_ALGOS and params.get("PRECISION") == "tf32x3":
+    # tf32x3-bsplit is split-k's default where it pays (_bsplit_pays), not a refinement: the
+    # sixth sitting's H200 refusal (a bias growing with K, from MMAs fed the running sum) is gone
+    # since each K step sums apart (FRESH_ACC), as the eighth sitting's probe confirmed.
+    if params["algorithm"] in DOT_ALGOS and params.get("PRECISION") in ("tf32x3", BSPLIT_PRECISION):
         # fp32 matmuls are not TF32 in PyTorch by default (torch.backends.cuda.matmul.allow_tf32 is
         # False), so plain TF32 passes only where the checker's bar (fp64 reference, tolerance plus
         # 4x the reference's own fp32 error) is wide enough: long K, or a TF32 reference.
@@ -563,7 +575,16 @@ def safer(plan: GemmPlan, params: dict[str, Any], rule: str) -> list[tuple[str, 
                     "3xTF32 dot products in case TF32 rounding exceeds the tolerance",
                 )
             ]
-        if prec in ("tf32x3", PRESPLIT_PRECISION, BSPLIT_PRECISION):
+        if prec == BSPLIT_PRECISION:
+            return [
+                (
+                    "fix:mismatch:tf32x3",
+                    dict(params, PRECISION="tf32x3"),
+                    "Triton's own 3xTF32 split (both tiles in registers) in case B's split-once "
+                    "form exceeds the tolerance",
+                )
+            ]
+        if prec in ("tf32x3", PRESPLIT_PRECISION):
             algo = "tiled-ieee" if params["algorithm"] in ("tiled", PRESPLIT) else params["algorithm"]
             return [
                 (
