@@ -131,7 +131,9 @@ def test_channels_last_first_only_for_large_outputs():
     assert first_small.params["g0.algorithm"] == libfam.ALGORITHM
     assert first_large.params["g0.algorithm"] == libfam.CL_ALGORITHM
     src = first_large.source
-    assert "conv2d(g0_to_channels_last(x), self.conv.weight, None," in src
+    # 3 input channels: padded to 4 zero-filled ones (cuDNN's 16-byte channels-last alignment),
+    # the weight likewise, so both products are the same
+    assert "conv2d(g0_to_channels_last(x, 4), g0_cl_conv_weight(self.conv.weight, 4), None," in src
     assert "g0_to_contiguous(t_cl, self.conv.bias)" in src
 
 
@@ -170,3 +172,33 @@ def test_channel_softmax_tail_seeds_verify():
         chk = tb.check(task, r.source, policy="mixed")
         assert chk.accepted, (r.algorithm, chk.reasons)
         assert len(chk.shapes_checked) >= 2, chk.shapes_checked
+
+
+def test_cl_conv_weight_lays_out_once_and_pads_with_zeros():
+    """The helper the channels-last calls use: a weight laid out channels-last in place once (same
+    values, kept by load_state_dict), and a zero-padded copy where the input's channels are
+    padded to 4, whose products equal the unpadded conv's."""
+    import torch
+
+    from nodes.expert.kernelfiles import kernel_source
+
+    ns: dict = {}
+    exec(kernel_source("layout.py", "cl_conv_weight"), {"torch": torch}, ns)
+    cl_conv_weight = ns["cl_conv_weight"]
+    conv = torch.nn.Conv2d(8, 5, 3)
+    before = conv.weight.detach().clone()
+    w = cl_conv_weight(conv.weight)
+    assert w is conv.weight and w.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(w, before)
+    fresh = torch.nn.Conv2d(8, 5, 3).state_dict()
+    conv.load_state_dict(fresh)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(conv.weight, fresh["weight"])
+    rgb = torch.nn.Conv2d(3, 6, 5, stride=2)
+    x = torch.randn(2, 3, 17, 19)
+    padded_w = cl_conv_weight(rgb.weight, 4)
+    assert padded_w.shape == (6, 4, 5, 5) and not padded_w[:, 3:].any()
+    assert rgb.weight.shape == (6, 3, 5, 5)  # the parameter itself is not padded
+    xp = torch.cat([x, torch.zeros(2, 1, 17, 19)], 1).contiguous(memory_format=torch.channels_last)
+    y = torch.nn.functional.conv2d(xp, padded_w, rgb.bias, 2)
+    torch.testing.assert_close(y, rgb(x), rtol=1e-5, atol=1e-5)

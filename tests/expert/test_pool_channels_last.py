@@ -124,7 +124,9 @@ def test_pooled_conv_first_seed_is_channels_last(seeds, tmp_path):
         algos = [r.algorithm for r in seeds[case]]
         assert algos[0] == "library-conv+channels-last" and len(algos) == 3, algos
         first = seeds[case][0]
-        assert "to_channels_last(" in first.source and "self.conv.weight, None" in first.source
+        # 3 input channels: input and weight padded to 4 (cuDNN's 16-byte channels-last alignment)
+        assert "to_channels_last(x, 4)" in first.source
+        assert "cl_conv_weight(self.conv.weight, 4), None" in first.source
         src, ov = CASES[case]
         sizes = {"N": 4, "C": 8, "D": 16, "H": 32, "W": 32, **ov}
         line = "N, C, D, H, W = 4, 8, 16, 32, 32"

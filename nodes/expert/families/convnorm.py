@@ -423,7 +423,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: CnPlan, params: dict[
     launchers = TAIL_HELPERS + "\n\n" + _launcher(plan, params)
     if cl:
         kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
-        launchers += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last")
+        launchers += "\n\n" + kernel_source(
+            "layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight"
+        )
     before = ", ".join(n.op for n in plan.pre.nodes) or "nothing"
     after = ", ".join(n.op for n in plan.post.nodes) or "nothing"
     doc = (

@@ -74,6 +74,23 @@ def library_call(view: GraphView, c: Any, memory_format: str | None = None) -> s
     raise Unsupported(f"{c.op} called as {c.target}")
 
 
+# cuDNN's channels-last fp32 kernels load 16-byte vectors of channels: an input with fewer
+# channels than this that is not a multiple of 4 (an RGB image) gets its unaligned fallback. On the
+# H200 (eighth sitting, docs/results) that fallback ran AlexNet's first conv (3 channels, 11x11,
+# stride 4) in 4.7 ms of the network's 13.0, at 0.3 TFLOP/s, in eager, torch.compile and ours.
+PAD_CHANNELS_BELOW = 16
+
+
+def _aligned_channels(c: Any) -> int | None:
+    """The input channel count a module conv's channels-last call pads to, or None: only a plain
+    (groups 1, not transposed) conv with a few input channels not a multiple of 4. Zero channels
+    and zero weights add exact zeros to every product."""
+    cin, groups = c.module_attrs.get("in_channels"), c.module_attrs.get("groups", 1)
+    if c.op.startswith("conv_transpose") or groups != 1 or not isinstance(cin, int):
+        return None
+    return -(-cin // 4) * 4 if cin % 4 and cin < PAD_CHANNELS_BELOW else None
+
+
 def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | None:
     """(the conv call without its bias on the input `to_cl(x)`, the bias expression or None),
     or None where the call does not split (padding modes other than zeros, extra call args)."""
@@ -91,14 +108,21 @@ def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | 
         if c.module_attrs.get("padding_mode", "zeros") != "zeros":
             return None
         m = f"self.{c.target}"
-        x = source(c.args[0])
+        x, w = source(c.args[0]), f"{m}.weight"
+        if to_cl:
+            # the weight laid out like the input once, not copied by PyTorch on every call; input
+            # channels padded to cuDNN's 16-byte alignment where they are few (an RGB image)
+            cp = _aligned_channels(c)
+            pad = f", {cp}" if cp else ""
+            x = f"{to_cl}({convfam.operand_expr(view, c.args[0])}{pad})"
+            w = f"cl_conv_weight({w}{pad})"
         rest = (
             f"{m}.stride, {m}.padding, {m}.output_padding, {m}.groups, {m}.dilation"
             if transposed
             else f"{m}.stride, {m}.padding, {m}.dilation, {m}.groups"
         )
         bias = f"{m}.bias" if c.module_attrs.get("bias") else None
-        return f"{fn}({x}, {m}.weight, None, {rest})", bias
+        return f"{fn}({x}, {w}, None, {rest})", bias
     if c.kind != "call_function" or not str(c.target).startswith("torch.") or nd < 1:
         return None
     args, kwargs = list(c.args), dict(c.kwargs)
@@ -227,9 +251,12 @@ def _cudnn_fp32(conv):
 '''
 
 
-def _precise(call: str, params: dict[str, Any]) -> str:
-    """The library call as the candidate's PRECISION asks (cuDNN's default, or fp32)."""
-    return f"_cudnn_fp32(lambda: {call})" if params.get("PRECISION") == LIBRARY_FP32 else call
+def _precise(call: str, params: dict[str, Any]) -> tuple[str, str]:
+    """The library call as the candidate's PRECISION asks (cuDNN's default, or fp32), and the
+    launcher text that call needs ("" or the _cudnn_fp32 helper): decided here only."""
+    if params.get("PRECISION") == LIBRARY_FP32:
+        return f"_cudnn_fp32(lambda: {call})", CUDNN_FP32
+    return call, ""
 
 
 def valid(plan: ConvPlan, params: dict[str, Any]) -> str | None:
@@ -294,10 +321,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dic
     )
     kernels = [ewops.HELPERS, ew._kernel("epilogue_kernel", chain, params)]
     launchers = [ew.BCAST_HELPER, ew._launcher("epilogue_kernel", chain, params)]
-    if params.get("PRECISION") == LIBRARY_FP32:
-        launchers.append(CUDNN_FP32)
+    conv, helper = _precise(plan.call, params)
+    launchers += [helper] if helper else []
     args = [lf.expr for lf in chain.tensor_leaves + chain.scalar_leaves]
-    fwd = f"t_{plan.conv_node} = {_precise(plan.call, params)}\nreturn launch_epilogue_kernel({', '.join(args)})"
+    fwd = f"t_{plan.conv_node} = {conv}\nreturn launch_epilogue_kernel({', '.join(args)})"
     ops = ", ".join(n.op for n in plan.epilogue.nodes)
     doc = f"EGG expert: libconv family, algorithm library-{plan.op}+fused-epilogue ({ops}; mixed policy)."
     return assemble(desc, "\n\n".join(kernels), "\n\n".join(launchers), fwd, doc)
@@ -468,7 +495,8 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
         call, bias = split[0], split[1] or "None"
     fwd_args = [f"t_{plan.conv_node}", bias, *(lf.expr for lf in plan.epilogue.tensor_leaves)]
     fwd_args += [lf.expr for lf in plan.epilogue.scalar_leaves]
-    fwd = f"t_{plan.conv_node} = {_precise(call, params)}\nreturn launch_conv_tail({', '.join(fwd_args)})"
+    conv, helper = _precise(call, params)
+    fwd = f"t_{plan.conv_node} = {conv}\nreturn launch_conv_tail({', '.join(fwd_args)})"
     ops = ", ".join(n.op for n in plan.epilogue.nodes)
     if plan.softmax is not None:
         ops = f"softmax over channels with {ops or 'nothing'} around it"
@@ -486,10 +514,10 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
         + "; mixed policy)."
     )
     kernels = ewops.HELPERS + "\n\n" + _tail_kernel(plan)
-    launchers = TAIL_HELPERS + "\n\n" + "\n".join(L) + "\n"
-    if params.get("PRECISION") == LIBRARY_FP32:
-        launchers += CUDNN_FP32
+    launchers = TAIL_HELPERS + "\n\n" + "\n".join(L) + "\n" + helper
     if split is not None and cl:
         kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
-        launchers += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last")
+        launchers += "\n\n" + kernel_source(
+            "layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight"
+        )
     return assemble(desc, kernels, launchers, fwd, doc)

@@ -74,7 +74,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: LibPlan, params: dict
         return assemble(
             desc,
             kernel_source("layout.py", "nchw_to_nhwc_kernel", "nhwc_to_nchw_kernel"),
-            kernel_source("layout.py", "_layout_tiles", "to_channels_last", "to_contiguous"),
+            kernel_source(
+                "layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight", "to_contiguous"
+            ),
             f"t_cl = {call}\nreturn to_contiguous(t_cl, {bias or 'None'})",
             f"library {plan.op} in channels-last, bias and layout back in one Triton pass (mixed policy)",
         )

@@ -676,5 +676,5 @@ def _assemble(
     if cl:
         doc += " The conv's input is turned channels-last, so cuDNN works and answers in that layout."
         kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
-        launcher += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last")
+        launcher += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight")
     return assemble(desc, kernels, launcher, fwd, doc)

@@ -11,13 +11,18 @@ import triton.language as tl
 
 
 @triton.jit
-def nchw_to_nhwc_kernel(x_ptr, out_ptr, C, P, BP: tl.constexpr, BC: tl.constexpr):
+def nchw_to_nhwc_kernel(x_ptr, out_ptr, CX, C, P, BP: tl.constexpr, BC: tl.constexpr):
+    # CX channels read, C (>= CX) written: the channels from CX on are zeros
     pp = tl.program_id(0) * BP + tl.arange(0, BP)
     cc = tl.program_id(1) * BC + tl.arange(0, BC)
-    base = tl.program_id(2).to(tl.int64) * C * P
+    n = tl.program_id(2).to(tl.int64)
     m = (pp < P)[:, None] & (cc < C)[None, :]
-    v = tl.load(x_ptr + base + cc[None, :].to(tl.int64) * P + pp[:, None], mask=m)
-    tl.store(out_ptr + base + pp[:, None].to(tl.int64) * C + cc[None, :], v, mask=m)
+    v = tl.load(
+        x_ptr + n * CX * P + cc[None, :].to(tl.int64) * P + pp[:, None],
+        mask=m & (cc < CX)[None, :],
+        other=0.0,
+    )
+    tl.store(out_ptr + n * C * P + pp[:, None].to(tl.int64) * C + cc[None, :], v, mask=m)
 
 
 def _layout_tiles(x):
@@ -29,16 +34,40 @@ def _layout_tiles(x):
     return C, P, bp, bc, (triton.cdiv(P, bp), triton.cdiv(C, bc), N)
 
 
-def to_channels_last(x):
-    """`x` (N, C, H, W) or (N, C, D, H, W) laid out channels-last, the same values."""
+def to_channels_last(x, channels=None):
+    """`x` (N, C, H, W) or (N, C, D, H, W) laid out channels-last, the same values; with
+    `channels` above C, zero channels appended up to that many (see cl_conv_weight)."""
     fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-    if x.is_contiguous(memory_format=fmt):
+    cp = x.shape[1] if channels is None else max(int(channels), x.shape[1])
+    if cp == x.shape[1] and x.is_contiguous(memory_format=fmt):
         return x
     x = x.contiguous()
-    out = torch.empty_like(x, memory_format=fmt)
+    out = torch.empty((x.shape[0], cp, *x.shape[2:]), device=x.device, dtype=x.dtype, memory_format=fmt)
     if out.numel():
-        C, P, bp, bc, grid = _layout_tiles(x)
-        nchw_to_nhwc_kernel[grid](x, out, C, P, BP=bp, BC=bc, num_warps=8)
+        C, P, bp, bc, grid = _layout_tiles(out)
+        nchw_to_nhwc_kernel[grid](x, out, x.shape[1], C, P, BP=bp, BC=bc, num_warps=8)
+    return out
+
+
+def cl_conv_weight(w, channels=None):
+    """Conv weight `w` in the layout of a channels-last input, so that PyTorch does not copy it
+    into that layout on every call (one copy kernel per conv per forward). Without `channels`:
+    `w` itself, laid out channels-last in place the first time; the values do not change, and
+    load_state_dict and .to() keep the layout. With `channels` above w's input channels (an
+    input padded with zero channels to a multiple of 4 fp32, the 16-byte alignment cuDNN's
+    channels-last kernels load; 3-channel images otherwise get its unaligned fallback kernel):
+    a zero-padded channels-last copy, the same products."""
+    fmt = torch.channels_last if w.dim() == 4 else torch.channels_last_3d
+    if channels is None or int(channels) <= w.shape[1]:
+        if not w.is_contiguous(memory_format=fmt):
+            with torch.inference_mode(False), torch.no_grad():
+                w.data = w.data.contiguous(memory_format=fmt)
+        return w
+    out = torch.empty(
+        (w.shape[0], int(channels), *w.shape[2:]), device=w.device, dtype=w.dtype, memory_format=fmt
+    )
+    out[:, w.shape[1] :] = 0
+    out[:, : w.shape[1]] = w
     return out
 
 
