@@ -34,6 +34,11 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
             "noise": final.noise,
             "timed_by": final.timed_by,
             "claimed_ms": final.claimed_ms,
+            # the same kernel as the stage that chose it timed it (another process, earlier):
+            # far from candidate_ms, the kernel's time does not reproduce between processes
+            "stage_ms": best.timing.candidate_ms
+            if best is not None and best.timing is not None and best.timing.measured
+            else None,
         }
     profile = values.get("final_profile")
     total = usage.total()

@@ -149,6 +149,17 @@ def test_degenerate_flags_and_exclusion() -> None:
     assert m["overall_excluding_degenerate"]["speedup"]["vs_eager"]["geomean"] == pytest.approx(2.0)
 
 
+def test_final_benchmark_far_from_the_stage_timing_is_flagged() -> None:
+    """The same kernel timed 4.83 ms by its stage and 6.36 ms by the final benchmark (a library
+    ConvTranspose3d on the H200): the row is flagged, not silently believed; 1% apart is fine."""
+    far = row("far", True, 0.75, eager_ms=4.8, candidate_ms=6.36, stage_ms=4.83)
+    near = row("near", True, 1.5, eager_ms=3.0, candidate_ms=2.0, stage_ms=2.02)
+    flags = degenerate_flags(far)
+    assert len(flags) == 1 and "+32%" in flags[0] and "did not reproduce" in flags[0]
+    assert degenerate_flags(near) == []
+    assert degenerate_flags(row("old", True, 1.5, eager_ms=3.0, candidate_ms=2.0)) == []
+
+
 def _st(
     name: str, exit_: float | None, outcome: str = "improved", entry: float | None = None
 ) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evals.runner import EvalConfig, build_row, task_dir
 from evals.tasks import TaskEntry
-from graph.records import TimingReport
+from graph.records import BestKernel, Candidate, CheckReport, TimingReport
 from graph.report import build_report
 
 
@@ -21,7 +21,14 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
         host_priority="nice -10",
         baseline="eager measured, torch.compile cached 2026-12-03T14:00:00",
     )
-    rep = build_report({"status": "no_kernel", "final": final}, thread_id="t")
+    # the choosing stage's own timing of the kernel travels beside the final benchmark's
+    best = BestKernel(
+        candidate=Candidate(id="k", source="src", stage="algorithm", origin="seed:0"),
+        check=CheckReport(accepted=True, reasons=[]),
+        timing=TimingReport(measured=True, candidate_ms=0.31, eager_ms=0.6),
+    )
+    rep = build_report({"status": "no_kernel", "final": final, "best": best}, thread_id="t")
+    assert rep["timing"]["stage_ms"] == 0.31
     assert rep["timing"]["host_cpu_busy"] == 0.42 and rep["timing"]["host_priority"] == "nice -10"
     assert rep["timing"]["baseline"].startswith("eager measured, torch.compile cached")
 
@@ -46,5 +53,5 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
         json.dumps({"verified": True, "status": "verified", "timing": rep["timing"]})
     )
     row = build_row(cfg, task, 0, exit_code=0, wall=10.0)
-    assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29
+    assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29 and row["stage_ms"] == 0.31
     assert row["baseline"].startswith("eager measured, torch.compile cached")
