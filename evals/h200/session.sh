@@ -22,7 +22,9 @@
 #   softmax  examples/softmax.py alone, default budgets, all four stages (issue 12: <= 60 s)
 #   kb       the KernelBench sample (evals/h200/kb_sample.txt, 45 tasks over levels 1-3),
 #            algorithm stage, eager and torch.compile timed in the same jobs (issues 11, 13)
-#   kb-tuned the same tasks with all four stages (issue 13's tuned figures; issue 12's timing)
+#   kb-tuned the same tasks with all four stages (issue 13's tuned figures; issue 12's timing);
+#            EGG_REDO="level1/6 level3/5" first drops those tasks' carried rows, so that they run
+#            again with the code of this call (kb and suite take it too)
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
 #   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
@@ -44,6 +46,10 @@ mkdir -p "$out"
 trap 'tar -czf "$out.tgz" -C "$(dirname "$out")" "$step" && rm -rf "$out"' EXIT
 if [ -d "out/h200/$step" ]; then
   cp -r "out/h200/$step/." "$out/"
+fi
+if [ -n "${EGG_REDO:-}" ] && [ -f "$out/results.jsonl" ]; then
+  # rows of the tasks named (level1/6 or level1/6_Matmul...: a path under the suite) are dropped
+  python3 -m evals.h200.redo "$out/results.jsonl" $EGG_REDO
 fi
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
