@@ -431,7 +431,9 @@ def test_conv_first_seeds_follow_cudnn(descs):
     assert "def conv_tail_kernel(" in src
     # the input turned channels-last by Triton, the conv called without its bias (cuDNN would add
     # it in a pass of its own), the bias added in the tail pass
-    assert "conv2d(to_channels_last(x), self.conv.weight, None," in src and "def nchw_to_nhwc_kernel(" in src
+    # (3 input channels: input and weight padded to 4 for cuDNN's 16-byte channels-last loads)
+    assert "conv2d(to_channels_last(x, 4), cl_conv_weight(self.conv.weight, 4), None," in src
+    assert "def nchw_to_nhwc_kernel(" in src and "def cl_conv_weight(" in src
     assert "launch_conv_tail(t_conv, self.conv.bias," in src and "HAS_CB" in src
     fam, plan = _plan(descs, "conv3d_tf32_cl")
     first, second = (fam.defaults(plan, a) for a in fam.algorithms(plan)[:2])
