@@ -68,7 +68,9 @@ class S(TypedDict, total=False):
 
 def slow(key):
     def node(state):
-        print("started", key, flush=True)
+        # one write per line: two threads' print() calls interleave their words and newlines
+        sys.stdout.write(f"started {key}\\n")
+        sys.stdout.flush()
         time.sleep(120)  # a GPU job waiting for memory, say
         return {key: 1}
     return node
