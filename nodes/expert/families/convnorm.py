@@ -41,7 +41,15 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from ..kernelfiles import kernel_source
-from .libconv import LIB_OPS, TAIL_HELPERS, library_call, split_call, tail_leaf_launch, tile_leaf_loads
+from .libconv import (
+    CL_HELPERS,
+    LIB_OPS,
+    TAIL_HELPERS,
+    library_call,
+    split_call,
+    tail_leaf_launch,
+    tile_leaf_loads,
+)
 from .library import CL_FIRST_NUMEL
 
 NORM_OPS = {"group_norm", "instance_norm"}
@@ -423,9 +431,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: CnPlan, params: dict[
     launchers = TAIL_HELPERS + "\n\n" + _launcher(plan, params)
     if cl:
         kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
-        launchers += "\n\n" + kernel_source(
-            "layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight"
-        )
+        launchers += "\n\n" + kernel_source("layout.py", *CL_HELPERS)
     before = ", ".join(n.op for n in plan.pre.nodes) or "nothing"
     after = ", ".join(n.op for n in plan.post.nodes) or "nothing"
     doc = (

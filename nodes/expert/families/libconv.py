@@ -91,6 +91,11 @@ def _aligned_channels(c: Any) -> int | None:
     return -(-cin // 4) * 4 if cin % 4 and cin < PAD_CHANNELS_BELOW else None
 
 
+# The host helpers of layout.py that a channels-last split call (split_call with to_channels_last)
+# needs in the candidate: one list for every family that pastes them.
+CL_HELPERS = ("_layout_tiles", "to_channels_last", "cl_conv_weight")
+
+
 def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | None:
     """(the conv call without its bias on the input `to_cl(x)`, the bias expression or None),
     or None where the call does not split (padding modes other than zeros, extra call args)."""
@@ -108,14 +113,13 @@ def split_call(view: GraphView, c: Any, to_cl: str) -> tuple[str, str | None] | 
         if c.module_attrs.get("padding_mode", "zeros") != "zeros":
             return None
         m = f"self.{c.target}"
-        x, w = source(c.args[0]), f"{m}.weight"
+        x, w = convfam.operand_expr(view, c.args[0]), f"{m}.weight"
         if to_cl:
             # the weight laid out like the input once, not copied by PyTorch on every call; input
             # channels padded to cuDNN's 16-byte alignment where they are few (an RGB image)
             cp = _aligned_channels(c)
             pad = f", {cp}" if cp else ""
-            x = f"{to_cl}({convfam.operand_expr(view, c.args[0])}{pad})"
-            w = f"cl_conv_weight({w}{pad})"
+            x, w = f"{to_cl}({x}{pad})", f"cl_conv_weight({w}{pad})"
         rest = (
             f"{m}.stride, {m}.padding, {m}.output_padding, {m}.groups, {m}.dilation"
             if transposed
@@ -517,7 +521,5 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
     launchers = TAIL_HELPERS + "\n\n" + "\n".join(L) + "\n" + helper
     if split is not None and cl:
         kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
-        launchers += "\n\n" + kernel_source(
-            "layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight"
-        )
+        launchers += "\n\n" + kernel_source("layout.py", *CL_HELPERS)
     return assemble(desc, kernels, launchers, fwd, doc)

@@ -16,7 +16,7 @@ from graph.records import TaskDescription
 from ..graphview import GraphView, Unsupported, assemble, is_node
 from ..kernelfiles import kernel_source
 from . import conv as convfam
-from .libconv import LIB_OPS, library_call, split_call
+from .libconv import CL_HELPERS, LIB_OPS, library_call, split_call
 
 GEMM_OPS = {"linear", "matmul"}
 ALGORITHM = "library"
@@ -74,9 +74,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: LibPlan, params: dict
         return assemble(
             desc,
             kernel_source("layout.py", "nchw_to_nhwc_kernel", "nhwc_to_nchw_kernel"),
-            kernel_source(
-                "layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight", "to_contiguous"
-            ),
+            kernel_source("layout.py", *CL_HELPERS, "to_contiguous"),
             f"t_cl = {call}\nreturn to_contiguous(t_cl, {bias or 'None'})",
             f"library {plan.op} in channels-last, bias and layout back in one Triton pass (mixed policy)",
         )

@@ -39,7 +39,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
 from ..kernelfiles import kernel_source
-from .libconv import LIB_OPS, library_call, split_call
+from .libconv import CL_HELPERS, LIB_OPS, library_call, split_call
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
 
@@ -676,5 +676,5 @@ def _assemble(
     if cl:
         doc += " The conv's input is turned channels-last, so cuDNN works and answers in that layout."
         kernels += "\n\n" + kernel_source("layout.py", "nchw_to_nhwc_kernel")
-        launcher += "\n\n" + kernel_source("layout.py", "_layout_tiles", "to_channels_last", "cl_conv_weight")
+        launcher += "\n\n" + kernel_source("layout.py", *CL_HELPERS)
     return assemble(desc, kernels, launcher, fwd, doc)
