@@ -146,3 +146,95 @@ def test_fresh_accumulator_forms_compile_for_sm90(sources):
         assert res.get("ok"), f"{name}: {res.get('error')}"
         for k in res["kernels"]:
             assert k["shared"] <= 227 * 1024, (name, k)
+
+
+# -- convolutions: TF32 rounded to nearest, as the reference's cuDNN TF32 is ---------------------
+
+CONV_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, cin, cout, k):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, bias=False)
+        with torch.no_grad():
+            self.conv.weight.uniform_(0.0, 1.0)  # positive products: a truncation shows as a bias
+
+    def forward(self, x):
+        return self.conv(x)
+
+def get_inputs():
+    return [torch.rand(2, 16, 12, 12)]
+
+def get_init_inputs():
+    return [16, 16, 3]
+"""
+
+CONV_SCRIPT = (
+    SCRIPT.split("spec = importlib")[0]
+    + r"""
+spec = importlib.util.spec_from_file_location("cand", sys.argv[1])
+cand = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cand)
+task = importlib.util.spec_from_file_location("task", sys.argv[2])
+tm = importlib.util.module_from_spec(task)
+task.loader.exec_module(tm)
+torch.manual_seed(0)
+ref_m = tm.Model(*tm.get_init_inputs())
+new_m = cand.ModelNew(*tm.get_init_inputs())
+new_m.load_state_dict(ref_m.state_dict())
+(x,) = tm.get_inputs()
+with torch.no_grad():
+    ref = torch.nn.functional.conv2d(x.double(), ref_m.conv.weight.double())
+    y = new_m(x).double()
+print(float(((y - ref) / ref).mean()))
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def conv_sources(tmp_path_factory) -> tuple[dict[str, str], Path]:
+    path = tmp_path_factory.mktemp("conv") / "conv_pos.py"
+    path.write_text(CONV_TASK)
+    task = TaskSpec(path=str(path), name=path.stem, source=CONV_TASK)
+    desc = toolbox.Toolbox().describe(task, shrink=False)
+    r = ExpertCode().write(
+        CodeRequest(mode="seed", stage=stage(), task=task, desc=desc, seed_index=0, n_seeds=1)
+    )
+    assert r.params.get("PRECISION") == "tf32", r.params
+    # The launcher rounds on a GPU only (the interpreter's own dots are exact); forced here, as
+    # on the H200, against the emulated tensor cores.
+    flag = "rna = x.is_cuda and True"
+    assert flag in r.source
+    return {
+        "rounded": r.source.replace(flag, "rna = True"),
+        "truncated": r.source.replace(flag, "rna = False"),
+    }, path
+
+
+def _conv_err(conv_sources, tmp_path: Path, name: str) -> float:
+    sources, task = conv_sources
+    f = tmp_path / f"{name}.py"
+    f.write_text(sources[name])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(
+        [sys.executable, "-c", CONV_SCRIPT, str(f), str(task)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    return float(p.stdout.strip().splitlines()[-1])
+
+
+def test_tf32_conv_rounds_its_operands_to_nearest(conv_sources, tmp_path):
+    """Fed fp32, the tensor cores drop the low 13 bits of both operands: on positive products a
+    bias of about -2**-11 each (-6.5e-4 here), several times the reference's TF32 error, which
+    is what the checker's bar is made of. The TF32 conv rounds both first (A in the kernel, the
+    weights once in the launcher): what is left is fp32 accumulation's bias (-4.8e-6 here)."""
+    truncated = _conv_err(conv_sources, tmp_path, "truncated")
+    rounded = _conv_err(conv_sources, tmp_path, "rounded")
+    assert truncated < -1.5e-4, truncated
+    assert abs(rounded) < 0.2 * abs(truncated), (rounded, truncated)

@@ -30,7 +30,10 @@ Precision (PRECISION, shown in the candidate's params): the first GEMM seed is T
 channels-last operands, as PyTorch's own fp32 convolutions are TF32 (cuDNN,
 torch.backends.cudnn.allow_tf32 is True by default), so the checker's bar (4x the reference's own
 error) is TF32-sized on a GPU; the other seeds are 3xTF32, and a mismatch steps tf32 -> tf32x3 ->
-ieee. (The CPU interpreter computes every tl.dot in fp32: precision is judged on the GPU.)
+ieee. TF32 operands are rounded to nearest first, as cuDNN's are (A in the kernel, the weights in
+the launcher): fed fp32, the tensor cores truncate, a bias towards zero that put the first seed
+outside the bar on positive inputs. (The CPU interpreter computes every tl.dot in fp32: precision
+is judged on the GPU, and the rounding is done there only.)
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Unsupported, assemble, is_node
+from ..kernelfiles import kernel_source
 from .gemm import dot_tile_problem, grouped_tiles
 
 CONV_OPS = {"conv1d", "conv2d", "conv3d"}
@@ -361,6 +365,9 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     dims = [f"{a}_{X}" for X in U for a in _PER_DIM]
     nospec = ["M"] + [f"{a}_{X}" for X in U for a in _PHASE_ARGS]
     prec = f', input_precision="{precision}"' if precision else ""
+    # TF32 as the reference's cuDNN does it, rounded to nearest: A here (RNA: on a GPU), the
+    # weights once in the launcher. Fed unrounded, the tensor cores truncate both.
+    rna = ["if RNA:", "    a = tf32_round(a)"] if precision == "tf32" else []
     sig = (
         [
             "x_ptr",
@@ -381,7 +388,18 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         + dims
         + _epi_sig(plan)
     )
-    consts = ["HAS_BIAS", "POINTWISE", "FOLD_N", "EVEN_C", "CL", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+    consts = [
+        "HAS_BIAS",
+        "POINTWISE",
+        "FOLD_N",
+        "EVEN_C",
+        "CL",
+        "RNA",
+        "BLOCK_M",
+        "BLOCK_N",
+        "BLOCK_K",
+        "GROUP_M",
+    ]
     L = [
         "pid = tl.program_id(0)",
         "g = tl.program_id(1)",
@@ -417,6 +435,7 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         "        c_ok = ci < CPG",
         "        a = tl.load(a_ptrs, mask=m_ok[:, None] & c_ok[None, :], other=0.0)",
         "        b = tl.load(b_ptrs, mask=c_ok[:, None] & n_ok[None, :], other=0.0)",
+        *_ind(rna),
         f"    acc = tl.dot(a, b, acc{prec})",
     ]
     # --- general: rows decompose into (n, j_d, j_h, j_w) of this stride phase ---
@@ -469,6 +488,7 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             "    c_ok = ci < CPG",
             "    a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0.0)",
             "    b = tl.load(b_ptrs, mask=c_ok[:, None] & n_ok[None, :], other=0.0)",
+            *rna,
             f"acc = tl.dot(a, b, acc{prec})",
         ]
         gen += _ind(body)
@@ -492,6 +512,7 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             f"a = tl.load(a_ptrs, mask={ok}, other=0.0)",
             "b = tl.load(w_base + (wtap[:, None] * CPO + rn[None, :]) * CPG + ci[:, None], "
             "mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
+            *rna,
             f"acc = tl.dot(a, b, acc{prec})",
         ]
         gen += _ind(body)
@@ -758,6 +779,11 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
         L += [
             # (groups, taps, C_out/g, C_in/g): K-major B tiles, what tf32 tensor-core MMAs read.
             f"    wp = w.reshape{shape}.permute{perm}.contiguous()",
+            # TF32 rounded to nearest on a GPU (the interpreter's dots are fp32 whatever is asked)
+            f"    rna = x.is_cuda and {_precision_of(plan, params) == 'tf32'}",
+            "    if rna:",
+            "        wb = wp.view(torch.int32)",
+            "        wp = torch.where(wp == wp, ((wb + 0x1000) & -8192).view(torch.float32), wp)",
             "    pointwise = len(launches) == 1 and all(e[2] == 1 and e[3] == 1 and e[4] == 1 and e[7] == 0 "
             "for e in launches[0])",
             f"    bn = min({bn}, max(16, triton.next_power_of_2(cpo)))",
@@ -784,11 +810,17 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             "        conv_igemm_kernel[grid](xk, wp, out, b, m, p_out, cpg, cpo, xsn, xsc, xsp, "
             f"out.stride(0), out.stride(1), out.stride(-1), *dims{epi}, HAS_BIAS=has_bias, POINTWISE=pointwise, "
             "FOLD_N=fold, "
-            f"EVEN_C=(cpg % bk == 0), CL={cl}, BLOCK_M={bm}, BLOCK_N=bn, BLOCK_K=bk, GROUP_M={gm}, "
+            f"EVEN_C=(cpg % bk == 0), CL={cl}, RNA=rna, BLOCK_M={bm}, BLOCK_N=bn, BLOCK_K=bk, GROUP_M={gm}, "
             f"num_warps={warps}, num_stages={stages})",
         ]
     L.append("    return out.squeeze(0) if unbatched else out")
     return "\n".join(L) + "\n"
+
+
+def _precision_of(plan: ConvPlan, params: dict[str, Any]) -> str | None:
+    """The tl.dot input precision of an implicit-GEMM candidate (None: the dtype's default)."""
+    prec = params.get("PRECISION", "tf32x3")
+    return prec if plan.dtype == "float32" and prec in ("tf32x3", "ieee", "tf32") else None
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dict[str, Any]) -> str:
@@ -797,10 +829,11 @@ def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dic
         kernel, sig = _direct_kernel(plan)
         precision = None
     else:
-        prec = params.get("PRECISION", "tf32x3")
-        precision = prec if plan.dtype == "float32" and prec in ("tf32x3", "ieee", "tf32") else None
+        precision = _precision_of(plan, params)
         kernel, sig = _igemm_kernel(plan, algo == "implicit-gemm-flatk", precision)
     kernels = ([ewops.HELPERS] if plan.epilogue.nodes else []) + [kernel]
+    if precision == "tf32":
+        kernels.insert(0, kernel_source("tf32split.py", "tf32_round"))
     leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
     call = [
         plan.x_expr,

@@ -10,6 +10,15 @@ import triton.language as tl
 
 
 @triton.jit
+def tf32_round(x):
+    # fp32 x rounded to nearest on the 13 mantissa bits TF32 drops (ties away from zero, as
+    # cvt.rna does; inf stays inf, NaN stays NaN). Tensor cores fed fp32 truncate instead: a bias
+    # towards zero of about 2**-11 per operand, that the reference's round-to-nearest TF32 has not.
+    r = ((x.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return tl.where(x == x, r, x)
+
+
+@triton.jit
 def tf32_split_kernel(
     src_ptr, hi_ptr, lo_ptr, rows, K, kp, s_b, s_r, s_k, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr
 ):
