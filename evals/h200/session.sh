@@ -25,6 +25,9 @@
 #   kb-tuned the same tasks with all four stages (issue 13's tuned figures; issue 12's timing);
 #            EGG_REDO="level1/6 level3/5" first drops those tasks' carried rows, so that they run
 #            again with the code of this call (kb and suite take it too)
+#   kb-ragged the sample's level-1 and level-2 tasks with --shapes ragged (every int size >= 8
+#            changed to a smaller non-power of two), all four stages (EGG_STAGES to change);
+#            EGG_LEVELS="1 2 3" (any step of the sample) picks the levels
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
 #   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
@@ -33,7 +36,7 @@
 #   tf32     the bsplit GEMM's in-register A split three ways (evals/h200/tf32_probe.py; its
 #            arguments, e.g. --k 65536)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|suite|probe|kernels|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|probe|kernels|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -64,12 +67,12 @@ kb_eval() {
   mapfile -t tasks < <(python3 -c '
 import sys
 rows = [l.strip() for l in open(sys.argv[1]) if l.strip()]
-levels = [[r for r in rows if r.startswith(f"level{n}/")] for n in (1, 2, 3)]
+levels = [[r for r in rows if r.startswith(f"level{n}/")] for n in sys.argv[2].split()]
 for i in range(max(map(len, levels))):
     for lv in levels:
         if i < len(lv):
             print(".kb/KernelBench/" + lv[i])
-' evals/h200/kb_sample.txt)
+' evals/h200/kb_sample.txt "${EGG_LEVELS:-1 2 3}")
   timeout -s INT $((budget + 30)) egg eval "${tasks[@]}" --out "$out" --device cuda --resume \
     --time-box "$budget" "$@" 2> >(tee -a "$out/eval.log" >&2) \
     || echo "eval stopped (exit $?): rerun this step to resume"
@@ -99,6 +102,11 @@ case "$step" in
     ;;
   kb-tuned)
     kb_eval --workers "${EGG_WORKERS:-6}"
+    ;;
+  kb-ragged)
+    # the sample's level-1 and level-2 tasks at other sizes (non-powers of two, ragged edges)
+    EGG_LEVELS=${EGG_LEVELS:-1 2} kb_eval --workers "${EGG_WORKERS:-6}" --shapes ragged \
+      --stages "${EGG_STAGES:-algorithm,mapping,tiling,memory}"
     ;;
   suite)
     timeout -s INT $((budget + 30)) egg eval evals/suites/egg --out "$out" --device cuda --resume \
