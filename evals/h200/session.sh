@@ -33,10 +33,12 @@
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
 #   kernels  `session.sh kernels TASK.py ... [--seeds N]`: GPU time per kernel of eager, compile
 #            and the first seeds of each task, from the PyTorch profiler (evals/h200/kernel_times.py)
+#   membw    evals/h200/membw_probe.py: copy/fill floors, eval batch norm, a store-bound K=32
+#            GEMM and a 4x4 stride-1 max pool, Triton variants beside eager and torch.compile
 #   tf32     the bsplit GEMM's in-register A split three ways (evals/h200/tf32_probe.py; its
 #            arguments, e.g. --k 65536)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|probe|kernels|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|probe|kernels|membw|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -122,6 +124,11 @@ case "$step" in
   kernels)
     timeout -s INT "$budget" python3 -m evals.h200.kernel_times "$@" --out "$out" 2>&1 \
       | grep -v tool.describe | tee -a "$out/kernels.txt" || true
+    ;;
+  membw)
+    # which kernel shapes reach the bandwidth roof for four memory-bound patterns (its arguments)
+    timeout -s INT "$budget" python3 -m evals.h200.membw_probe --budget $((budget - 30)) "$@" 2>&1 \
+      | tee -a "$out/membw.txt" || true
     ;;
   tf32)
     timeout -s INT "$budget" python3 -m evals.h200.tf32_probe "$@" 2>&1 \
