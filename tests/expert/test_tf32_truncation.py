@@ -238,3 +238,21 @@ def test_tf32_conv_rounds_its_operands_to_nearest(conv_sources, tmp_path):
     rounded = _conv_err(conv_sources, tmp_path, "rounded")
     assert truncated < -1.5e-4, truncated
     assert abs(rounded) < 0.2 * abs(truncated), (rounded, truncated)
+
+
+def test_rounded_tf32_conv_compiles_for_sm90(conv_sources):
+    """The rounding is compiled only where it runs (RNA is a GPU's constexpr): built here for
+    sm_90 with it on, it still lowers to wgmma within the H200's shared memory."""
+    from expert_helpers import run_jobs
+
+    sources, task = conv_sources
+    job = {
+        "kind": "compile",
+        "task_source": task.read_text(),
+        "overrides": {},
+        "candidate_source": sources["rounded"],
+    }
+    (res,) = run_jobs([job], interpret=False)
+    assert res.get("ok"), res.get("error")
+    for k in res["kernels"]:
+        assert k["shared"] <= 227 * 1024, k
