@@ -779,11 +779,18 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
         L += [
             # (groups, taps, C_out/g, C_in/g): K-major B tiles, what tf32 tensor-core MMAs read.
             f"    wp = w.reshape{shape}.permute{perm}.contiguous()",
+        ]
+        if _precision_of(plan, params) == "tf32":
             # TF32 rounded to nearest on a GPU (the interpreter's dots are fp32 whatever is asked)
-            f"    rna = x.is_cuda and {_precision_of(plan, params) == 'tf32'}",
-            "    if rna:",
-            "        wb = wp.view(torch.int32)",
-            "        wp = torch.where(wp == wp, ((wb + 0x1000) & -8192).view(torch.float32), wp)",
+            L += [
+                "    rna = x.is_cuda",
+                "    if rna:",
+                "        wb = wp.view(torch.int32)",
+                "        wp = torch.where(wp == wp, ((wb + 0x1000) & -8192).view(torch.float32), wp)",
+            ]
+        else:
+            L += ["    rna = False"]
+        L += [
             "    pointwise = len(launches) == 1 and all(e[2] == 1 and e[3] == 1 and e[4] == 1 and e[7] == 0 "
             "for e in launches[0])",
             f"    bn = min({bn}, max(16, triton.next_power_of_2(cpo)))",
