@@ -365,9 +365,10 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     dims = [f"{a}_{X}" for X in U for a in _PER_DIM]
     nospec = ["M"] + [f"{a}_{X}" for X in U for a in _PHASE_ARGS]
     prec = f', input_precision="{precision}"' if precision else ""
-    # TF32 as the reference's cuDNN does it, rounded to nearest: A here (RNA: on a GPU), the
-    # weights once in the launcher. Fed unrounded, the tensor cores truncate both.
-    rna = ["if RNA:", "    a = tf32_round(a)"] if precision == "tf32" else []
+    # TF32 as the reference's cuDNN does it, rounded to nearest, both tiles here (RNA: on a GPU).
+    # Fed unrounded, the tensor cores truncate. Not in the launcher: torch bit ops there are
+    # elementwise PyTorch compute, which policy `mixed` rejects.
+    rna = ["if RNA:", "    a = tf32_round(a)", "    b = tf32_round(b)"] if precision == "tf32" else []
     sig = (
         [
             "x_ptr",
@@ -780,16 +781,8 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             # (groups, taps, C_out/g, C_in/g): K-major B tiles, what tf32 tensor-core MMAs read.
             f"    wp = w.reshape{shape}.permute{perm}.contiguous()",
         ]
-        if _precision_of(plan, params) == "tf32":
-            # TF32 rounded to nearest on a GPU (the interpreter's dots are fp32 whatever is asked)
-            L += [
-                "    rna = x.is_cuda",
-                "    if rna:",
-                "        wb = wp.view(torch.int32)",
-                "        wp = torch.where(wp == wp, ((wb + 0x1000) & -8192).view(torch.float32), wp)",
-            ]
-        else:
-            L += ["    rna = False"]
+        # TF32 rounded to nearest on a GPU (the interpreter's dots are fp32 whatever is asked)
+        L += ["    rna = x.is_cuda" if _precision_of(plan, params) == "tf32" else "    rna = False"]
         L += [
             "    pointwise = len(launches) == 1 and all(e[2] == 1 and e[3] == 1 and e[4] == 1 and e[7] == 0 "
             "for e in launches[0])",
