@@ -413,7 +413,7 @@ def _batchnorm(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list
             (
                 "two passes over the input (statistics, then normalise): 3 tensor-sized transfers "
                 "against the roofline's 2; the statistics split sets how many SMs read.",
-                ["PROGS_PER_SM", "BLOCK", "num_warps"],
+                ["PROGS_PER_SM", "BLOCK", "APPLY_BLOCK", "FLAT_APPLY", "num_warps"],
             )
         ]
     return [

@@ -403,10 +403,10 @@ def test_pool_row_tiles_first_and_share_input_rows(descs):
     fam, plan = _plan(descs, "maxpool_rows")
     assert fam.algorithms(plan)[0] == "row-tiles"
     d = fam.defaults(plan, "row-tiles")
-    assert d["ROWS_OUT"] == 8
+    assert d["ROWS_OUT"] == 16 and d["num_warps"] == 8
     src = _reply(descs, "maxpool_rows").source
-    # 8 output rows of a 4-row window read 11 input rows, each loaded once per window column
-    assert src.count("tl.load(row + iw") == 11 * 4
+    # 16 output rows of a 4-row window read 19 input rows, each loaded once per window column
+    assert src.count("tl.load(row + iw") == 19 * 4
     # rows narrower than a warp leave most of a row tile's lanes idle: the generic kernel runs
     assert "and OW >= 32:" in src and "def pool_kernel(" in src
     assert "//" not in src.split("def pool_rows_kernel")[1].split("tl.store")[0].replace(
@@ -414,11 +414,23 @@ def test_pool_row_tiles_first_and_share_input_rows(descs):
     ).replace("t // n_w", "").replace("z // OD", "")
 
 
-def test_batchnorm_tiles_first_without_per_element_division(descs):
+def test_batchnorm_tiles_first_flat_normalise(descs):
+    """The normalise pass is flat by default (measured at the roof on the H200), one channel
+    decode per element; the 2-D channel tiles (one modulo per row, no division) stay in the
+    mapping stage's space."""
     fam, plan = _plan(descs, "bn_tiles_ragged")
     assert fam.algorithms(plan)[0] == "channel-tiles"
+    d = fam.defaults(plan, "channel-tiles")
+    assert d["FLAT_APPLY"] is True and d["APPLY_BLOCK"] == 1024
+    assert fam.space(plan, dict(d, algorithm="channel-tiles"), "mapping", {})["FLAT_APPLY"] == [False]
     src = _reply(descs, "bn_tiles_ragged").source
     apply = src.split("def bn_tile_apply_kernel(")[1].split("\ndef ")[0]
+    assert "c = (offs // HW) % C" in apply and "BLOCK=1024" in src
+    unit = plan_for(descs["bn_tiles_ragged"]).units[0]
+    tiles = fam.generate(
+        descs["bn_tiles_ragged"], unit.view, plan, dict(d, algorithm="channel-tiles", FLAT_APPLY=False)
+    )
+    apply = tiles.split("def bn_tile_apply_kernel(")[1].split("\ndef ")[0]
     assert "//" not in apply.split("):", 1)[1]  # channel of a row: one modulo per row, no division
 
 

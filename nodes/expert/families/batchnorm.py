@@ -174,8 +174,10 @@ def algorithms(plan: BnPlan) -> list[str]:
 
 def defaults(plan: BnPlan, algorithm: str) -> dict[str, Any]:
     if algorithm.endswith(TILES):
-        # 2048-element tiles (8 per thread at 8 warps) for both passes; 8 programs per SM.
-        return {"BLOCK": 2048, "num_warps": 8, "PROGS_PER_SM": 8}
+        # 2048-element tiles (8 per thread at 8 warps) for the statistics; 8 programs per SM. The
+        # normalise pass flat over 1024-element blocks (0.997 of the H200's bandwidth roof in
+        # evals/h200/membw_probe.py, against 0.90 for its best 2-D channel tiles).
+        return {"BLOCK": 2048, "num_warps": 8, "PROGS_PER_SM": 8, "FLAT_APPLY": True, "APPLY_BLOCK": 1024}
     return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False}
 
 
@@ -190,8 +192,8 @@ def space(plan: BnPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
 
     if params["algorithm"].endswith(TILES):
         return {
-            "mapping": {"PROGS_PER_SM": [4, 16, 2]},
-            "tiling": {"BLOCK": [1024, 4096, 512]},
+            "tiling": {"BLOCK": [1024, 4096, 512], "APPLY_BLOCK": [2048, 4096]},
+            "mapping": {"PROGS_PER_SM": [4, 16, 2], "FLAT_APPLY": [False]},
             "memory": {"num_warps": [4, 16]},
         }.get(stage, {})
     return SPACES["elementwise"].get(stage, {})
@@ -427,34 +429,51 @@ def launch_bn_tile_stats(x, eps):
 """
 
 
-def _tile_apply_kernel(plan: BnPlan) -> str:
-    """y = (x - mean[c]) * rstd[c] (* w[c] + b[c]), then the epilogue, on a [BR rows of (n, c),
-    BHW pixels] tile: per-channel values are gathered once per row, not per element."""
+def _tile_apply_kernel(plan: BnPlan, flat: bool) -> str:
+    """y = (x - mean[c]) * rstd[c] (* w[c] + b[c]), then the epilogue. Tiles (flat False): a [BR
+    rows of (n, c), BHW pixels] tile, per-channel values gathered once per row. Flat: BLOCK
+    consecutive elements, the channel decoded and gathered per element (L1 hits); on the H200
+    (eval BN over (64, 64, 512, 512), evals/h200/membw_probe.py) the flat form ran at 0.997 of
+    the bandwidth roof and the 2-D tiles at 0.90 at best."""
     leaves = plan.epilogue.tensor_leaves
     aff = ", w_ptr, b_ptr" if plan.weight else ""
     sig = (
         f"x_ptr, out_ptr, mean_ptr, rstd_ptr{aff}, C, HW, NC"
         + "".join(f", t_{lf.name}_ptr" for lf in leaves)
         + "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
-        + ", BR: tl.constexpr, BHW: tl.constexpr"
+        + (", BIG: tl.constexpr, BLOCK: tl.constexpr" if flat else ", BR: tl.constexpr, BHW: tl.constexpr")
         + "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in leaves)
     )
-    L = [
-        "rr = tl.program_id(0) * BR + tl.arange(0, BR)",
-        "hw = tl.program_id(1) * BHW + tl.arange(0, BHW)",
-        "rmask = rr < NC",
-        "c = rr % C",
-        "m = rmask[:, None] & (hw < HW)[None, :]",
-        "offs = rr.to(tl.int64)[:, None] * HW + hw[None, :]",
+    if flat:
+        # NC is the element count here; 32-bit offsets (cheaper division) unless it needs 64
+        L = [
+            "offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            "if BIG:",
+            "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+            "m = offs < NC",
+            "c = (offs // HW) % C",
+        ]
+        cm, col = "m", ""
+    else:
+        L = [
+            "rr = tl.program_id(0) * BR + tl.arange(0, BR)",
+            "hw = tl.program_id(1) * BHW + tl.arange(0, BHW)",
+            "rmask = rr < NC",
+            "c = rr % C",
+            "m = rmask[:, None] & (hw < HW)[None, :]",
+            "offs = rr.to(tl.int64)[:, None] * HW + hw[None, :]",
+        ]
+        cm, col = "rmask", "[:, None]"
+    L += [
         "x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)",
-        "mean = tl.load(mean_ptr + c, mask=rmask, other=0.0)[:, None]",
-        "rstd = tl.load(rstd_ptr + c, mask=rmask, other=0.0)[:, None]",
+        f"mean = tl.load(mean_ptr + c, mask={cm}, other=0.0){col}",
+        f"rstd = tl.load(rstd_ptr + c, mask={cm}, other=0.0){col}",
         "y = (x - mean) * rstd",
     ]
     if plan.weight:
         L += [
-            "w = tl.load(w_ptr + c, mask=rmask, other=0.0).to(tl.float32)[:, None]",
-            "bb = tl.load(b_ptr + c, mask=rmask, other=0.0).to(tl.float32)[:, None]",
+            f"w = tl.load(w_ptr + c, mask={cm}, other=0.0).to(tl.float32){col}",
+            f"bb = tl.load(b_ptr + c, mask={cm}, other=0.0).to(tl.float32){col}",
             "y = y * w + bb",
         ]
     env = {plan.bn.name: "y", **{lf.name: f"l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves}}
@@ -464,7 +483,7 @@ def _tile_apply_kernel(plan: BnPlan) -> str:
             f"if {P}_MODE == 0:",
             f"    {P} = tl.load({P}_ptr + offs, mask=m, other=0.0).to(tl.float32)",
             f"elif {P}_MODE == 1:",
-            f"    {P} = tl.load({P}_ptr + c, mask=rmask, other=0.0).to(tl.float32)[:, None]",
+            f"    {P} = tl.load({P}_ptr + c, mask={cm}, other=0.0).to(tl.float32){col}",
             "else:",
             f"    {P} = tl.load({P}_ptr).to(tl.float32)",
         ]
@@ -476,6 +495,7 @@ def _tile_apply_kernel(plan: BnPlan) -> str:
 
 def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any]) -> str:
     block, warps = int(params["BLOCK"]), int(params["num_warps"])
+    flat, ablock = bool(params.get("FLAT_APPLY", False)), int(params.get("APPLY_BLOCK", 1024))
     per_sm = int(params.get("PROGS_PER_SM", 8))
     leaves = plan.epilogue.tensor_leaves
     targs = [f"t_{lf.name}" for lf in leaves]
@@ -489,15 +509,21 @@ def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any])
         "    if out.numel() == 0:",
         "        return out",
         *(f"    {t}_c, {t}_m = _epi_mode({t}, x.shape)" for t in targs),
-        f"    bhw = min({block}, triton.next_power_of_2(HW))",
-        f"    br = max(1, {block} // bhw)",
-        "    grid = (triton.cdiv(N * C, br), triton.cdiv(HW, bhw))",
+        *(
+            [f"    grid = (triton.cdiv(x.numel(), {ablock}),)"]
+            if flat
+            else [
+                f"    bhw = min({block}, triton.next_power_of_2(HW))",
+                f"    br = max(1, {block} // bhw)",
+                "    grid = (triton.cdiv(N * C, br), triton.cdiv(HW, bhw))",
+            ]
+        ),
         "    bn_tile_apply_kernel[grid](x, out, mean, rstd"
         + "".join(f", {a}.reshape(-1)" for a in aff)
-        + ", C, HW, N * C"
+        + (", C, HW, x.numel()" if flat else ", C, HW, N * C")
         + "".join(f", {t}_c" for t in targs)
         + "".join(f", float({x})" for x in sargs)
-        + ", BR=br, BHW=bhw"
+        + (f", BIG=x.numel() + {ablock} >= 2**31, BLOCK={ablock}" if flat else ", BR=br, BHW=bhw")
         + "".join(f", {t}_MODE={t}_m" for t in targs)
         + f", num_warps={warps})",
         "    return out",
@@ -509,5 +535,5 @@ def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any])
     call += [lf.expr for lf in plan.epilogue.scalar_leaves]
     fwd.append(f"return launch_bn_tile_apply({', '.join(call)})")
     doc = f"EGG expert: batchnorm family (batch or running statistics), algorithm {params['algorithm']}."
-    kernels = [ewops.HELPERS, STATS, TILE_KERNELS, _tile_apply_kernel(plan)]
+    kernels = [ewops.HELPERS, STATS, TILE_KERNELS, _tile_apply_kernel(plan, flat)]
     return assemble(desc, "\n\n".join(kernels), launchers, "\n".join(fwd), doc)
