@@ -106,3 +106,13 @@ def test_pooled_library_conv_runs_without_its_bias(seeds):
             ]
             assert len(pools) >= 2 and all("cb_ptr" in ln for ln in pools), (r.origin, pools)
             assert r.source.count("cb = tl.load(cb_ptr") == len(pools)
+
+
+@pytest.mark.parametrize("case", SUPPORTED)
+def test_every_seed_passes_the_static_rules(case, seeds):
+    """The checker runs the static rules before any code: a seed that breaks one (patching a torch
+    flag, a try/except) is rejected on every device, which the runner-based checks here skip."""
+    from tools.worker.static_rules import static_findings
+
+    for r in seeds[case]:
+        assert static_findings(r.source) == [], (case, r.origin, static_findings(r.source))

@@ -212,8 +212,8 @@ def _mismatch(r: CodeReply) -> tuple[Attempt, Diagnosis]:
 def test_fix_mismatch_of_a_library_conv_turns_tf32_off_and_keeps_the_layout(descs):
     """A channels-last TF32 library conv that misses the bar (level2/71 on the H200) is fixed by
     the same candidate with cuDNN's TF32 off, not by giving up the layout (the NCHW library seed
-    is tried anyway); the fixed candidate passes the check, and a second mismatch switches
-    algorithm."""
+    is tried anyway); the fixed candidate passes the static rules and the check, and a second
+    mismatch switches algorithm."""
     from expert_helpers import check_jobs, run_jobs
     from expert_tasks import CASES
 
@@ -226,6 +226,11 @@ def test_fix_mismatch_of_a_library_conv_turns_tf32_off_and_keeps_the_layout(desc
     assert r.origin == "fix:mismatch:cudnn-fp32" and r.algorithm == seed.algorithm
     assert r.params["PRECISION"] == "cudnn-fp32" and r.params["CHANNELS_LAST"]
     assert "_cudnn_fp32(lambda: torch.nn.functional.conv2d(to_channels_last(" in r.source
+    # the checker's static rules come first (the test runner's check below has none): assigning
+    # torch.backends.cudnn.allow_tf32 failed them on the H200, so the fix never ran
+    from tools.worker.static_rules import static_findings
+
+    assert static_findings(r.source) == [], static_findings(r.source)
     src, ov = CASES["conv_bias_relu"]
     [res] = run_jobs(check_jobs(src, ov, [r], trials=2), interpret=True)
     assert res.get("ok"), res
