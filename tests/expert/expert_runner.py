@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -178,20 +179,56 @@ def compile_kernels(job: dict, tmpdir: str, idx: int) -> dict:
                 )
             elif isinstance(v, bool):
                 sig[name] = "i1"
+            elif isinstance(v, int) and v == 1:
+                # a launch specialises an int argument equal to 1 into a constant
+                sig[name] = "constexpr"
+                consts[name] = 1
             elif isinstance(v, int):
                 sig[name] = "i64" if abs(v) >= 2**31 else "i32"
             elif isinstance(v, float):
                 sig[name] = "fp32"
             else:
                 return {"ok": False, "error": f"{fn.__name__}: cannot type argument {name}={v!r}"}
-        src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts)
+        # The launch's own specialisation on a GPU: pointers and ints divisible by 16 are
+        # marked so (what lets Triton prove accesses aligned and vectorize them).
+        attrs = {}
+        for i, name in enumerate(fn.arg_names):
+            v = bound.get(name)
+            if fn.params[i].is_constexpr:
+                continue
+            if isinstance(v, torch.Tensor):
+                div = v.data_ptr() % 16 == 0
+            else:
+                div = isinstance(v, int) and not isinstance(v, bool) and v % 16 == 0
+            if div:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
         options = {k: opts[k] for k in ("num_warps", "num_stages") if k in opts}
         try:
             k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         except Exception as e:
             return {"ok": False, "error": f"{fn.__name__}: {type(e).__name__}: {str(e)[-1500:]}"}
+        ops = re.findall(r"\b((?:ld|st)\.global\S*)", k.asm["ptx"])
+
+        def count(kind: str, vec: str, ops=ops) -> int:
+            # global accesses of the PTX: 128-bit vectors (.v4) or single 32-bit words
+            return sum(
+                1
+                for o in ops
+                if o.startswith(kind)
+                and (vec in o if vec else not re.search(r"\.v[248]\.", o) and o.endswith("32"))
+            )
+
         done.append(
-            {"kernel": fn.__name__, "shared": k.metadata.shared, "n_regs": getattr(k, "n_regs", None)}
+            {
+                "kernel": fn.__name__,
+                "shared": k.metadata.shared,
+                "n_regs": getattr(k, "n_regs", None),
+                "ld_v4": count("ld", ".v4."),
+                "ld_b32": count("ld", ""),
+                "st_v4": count("st", ".v4."),
+                "st_b32": count("st", ""),
+            }
         )
     return {"ok": True, "kernels": done}
 

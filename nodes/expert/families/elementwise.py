@@ -85,25 +85,41 @@ def _kernel(kname: str, chain: Chain, params: dict[str, Any], masks: list[OpNode
     tl_args.append("BLOCK: tl.constexpr")
     evict = params.get("EVICT", "")
     ev = f', eviction_policy="{evict}"' if evict else ""
-    env: dict[str, str] = {}
-    loads: list[str] = []
-    for lf in chain.tensor_leaves:
-        P = f"l_{lf.name}"
-        v = f"x_{lf.name}"
-        loads += [
-            f"if {P}_MODE == 1:",
-            f"    {v} = tl.load({P}_ptr).to(tl.float32)",
-            f"elif {P}_MODE == 2:",
-            f"    {v} = tl.load({P}_ptr + (offs // {P}_inner) % {P}_size, mask=mask, other=0.0).to(tl.float32)",
-            "else:",
-            f"    {v} = tl.load({P}_ptr + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
-        ]
-        env[lf.name] = v
-    for lf in chain.scalar_leaves:
-        env[lf.name] = f"l_{lf.name}_val"
-    loads += _mask_lines(masks, env)
-    body, last = chain.body(env)
-    inner = [*loads, *body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)"]
+
+    def inner(masked: bool) -> list[str]:
+        """The chain over one block of offsets; `masked` only for the block the end cuts."""
+        env: dict[str, str] = {}
+        m = ", mask=mask, other=0.0" if masked else ""
+        loads: list[str] = []
+        for lf in chain.tensor_leaves:
+            P = f"l_{lf.name}"
+            v = f"x_{lf.name}"
+            loads += [
+                f"if {P}_MODE == 1:",
+                f"    {v} = tl.load({P}_ptr).to(tl.float32)",
+                f"elif {P}_MODE == 2:",
+                f"    {v} = tl.load({P}_ptr + (offs // {P}_inner) % {P}_size{m}).to(tl.float32)",
+                "else:",
+                f"    {v} = tl.load({P}_ptr + offs{m}{ev}).to(tl.float32)",
+            ]
+            env[lf.name] = v
+        for lf in chain.scalar_leaves:
+            env[lf.name] = f"l_{lf.name}_val"
+        loads += _mask_lines(masks, env)
+        body, last = chain.body(env)
+        sm = ", mask=mask" if masked else ""
+        return [*loads, *body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty){sm})"]
+
+    # Whole blocks load and store without a mask: a mask against a size that is not a multiple
+    # of 16 (Triton's specialisation) makes every access scalar, a ragged size's whole tensor
+    # then moves at a fraction of the bandwidth. Only the last block is masked.
+    split = [
+        "if start + BLOCK <= n_elements:",
+        *["    " + ln for ln in inner(False)],
+        "else:",
+        "    mask = offs < n_elements",
+        *["    " + ln for ln in inner(True)],
+    ]
     if params.get("PERSISTENT"):
         head = [
             # int64 start/step: grid-stride offsets can pass 2**31 on large tensors
@@ -111,15 +127,13 @@ def _kernel(kname: str, chain: Chain, params: dict[str, Any], masks: list[OpNode
             "step = tl.num_programs(0).to(tl.int64) * BLOCK",
             "for start in range(first, n_elements, step):",
             "    offs = start + tl.arange(0, BLOCK)",
-            "    mask = offs < n_elements",
         ]
-        lines = head + ["    " + ln for ln in inner]
+        lines = head + ["    " + ln for ln in split]
     else:
         lines = [
-            "pid = tl.program_id(0)",
-            "offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-            "mask = offs < n_elements",
-            *inner,
+            "start = tl.program_id(0).to(tl.int64) * BLOCK",
+            "offs = start + tl.arange(0, BLOCK)",
+            *split,
         ]
     return (
         "@triton.jit\n"

@@ -156,21 +156,23 @@ def _aux_ptrs(plan: SmPlan) -> str:
     return "".join(f"a_{lf.name}_ptr, " for lf in plan.aux)
 
 
-def _pro(plan: SmPlan, xvar: str, mask: str, tag: str, offs: str = "offs") -> list[str]:
-    """Load-side transform: prologue chain, then masked lanes to -inf."""
+def _pro(plan: SmPlan, xvar: str, mask: str | None, tag: str, offs: str = "offs") -> list[str]:
+    """Load-side transform: prologue chain, then masked lanes to -inf (no mask: a whole chunk)."""
     env = {plan.x.name: xvar}
     for lf in plan.prologue.scalar_leaves:
         env[lf.name] = f"l_{lf.name}"
     loads = []
+    m = f", mask={mask}, other=0" if mask else ""
     for lf in plan.aux:
         # other=0 (not 0.0) so bool / integer tensors load too; the math is fp32 either way.
-        loads.append(
-            f"a{tag}_{lf.name} = tl.load(a_{lf.name}_ptr + {offs}, mask={mask}, other=0).to(tl.float32)"
-        )
+        loads.append(f"a{tag}_{lf.name} = tl.load(a_{lf.name}_ptr + {offs}{m}).to(tl.float32)")
         env[lf.name] = f"a{tag}_{lf.name}"
     lines, last = plan.prologue.body(env, var_prefix=f"p{tag}_")
     lines = loads + lines
-    lines.append(f"{xvar} = tl.where({mask}, {last or xvar}, -float('inf'))")
+    if mask:
+        lines.append(f"{xvar} = tl.where({mask}, {last or xvar}, -float('inf'))")
+    elif last:
+        lines.append(f"{xvar} = {last}")
     return lines
 
 
@@ -191,53 +193,77 @@ def _normalize(plan: SmPlan, xvar: str, m: str, d: str) -> str:
 
 
 def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
+    """Rows streamed in chunks of BLOCK_N. Chunks start at 16-element boundaries of the whole
+    tensor, not of the row, and only a chunk the row's ends cut is masked: with a row length
+    that is not a multiple of 16, row-relative masked chunks would make every load and store
+    scalar (Triton vectorizes only accesses it can prove aligned and unmasked in 4s)."""
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
     head = (
         f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
     )
     L = [
         "row = tl.program_id(0).to(tl.int64)",
-        "x_row = x_ptr + row * n_cols",
-        "o_row = out_ptr + row * n_cols",
+        "lo = row * n_cols",
+        "hi = lo + n_cols",
+        "first = lo // 16 * 16",
         "cols = tl.arange(0, BLOCK_N)",
     ]
-    load = [
-        "offs = start + cols",
-        "mask = offs < n_cols",
-        f"x = tl.load(x_row + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
-    ]
     epi, last = _epi(plan, "y", "")
-    store = [
-        f"y = {_normalize(plan, 'x', 'm', 'd')}",
-        *epi,
-        f"tl.store(o_row + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
-    ]
+
+    def chunk(tag: str, step: list[str], store: bool) -> list[str]:
+        """One chunk, whole (unmasked) or cut by the row's ends (masked), then `step`."""
+        out = ["offs = tl.multiple_of(start, 16) + cols", "if (start >= lo) & (start + BLOCK_N <= hi):"]
+        for masked in (False, True):
+            mk = "mask" if masked else None
+            sm = ", mask=mask" if masked else ""
+            body = ["mask = (offs >= lo) & (offs < hi)"] if masked else []
+            other = ", other=0.0" if masked else ""
+            body.append(f"x = tl.load(x_ptr + offs{sm}{other}{ev}).to(tl.float32)")
+            body += _pro(plan, "x", mk, tag + ("m" if masked else "w"), "offs")
+            body += step
+            if store:
+                body += [
+                    f"y = {_normalize(plan, 'x', 'm', 'd')}",
+                    *epi,
+                    f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty){sm})",
+                ]
+            out += _ind(body, 4)
+            if not masked:
+                out.append("else:")
+        return out
+
     if algo == "online":
         L += [
             "m = tl.full([], -float('inf'), tl.float32)",
             "d = tl.zeros([], dtype=tl.float32)",
-            "for start in range(0, n_cols, BLOCK_N):",
-            *_ind(load + _pro(plan, "x", "mask", "a", "row * n_cols + offs"), 4),
-            "    m_new = tl.maximum(m, tl.max(x, 0))",
-            "    d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)",
-            "    m = m_new",
+            "for start in range(first, hi, BLOCK_N):",
+            *_ind(
+                chunk(
+                    "a",
+                    [
+                        "m_new = tl.maximum(m, tl.max(x, 0))",
+                        "d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)",
+                        "m = m_new",
+                    ],
+                    False,
+                ),
+                4,
+            ),
         ]
     elif algo == "three-pass":
         L += [
             "m = tl.full([], -float('inf'), tl.float32)",
-            "for start in range(0, n_cols, BLOCK_N):",
-            *_ind(load + _pro(plan, "x", "mask", "a", "row * n_cols + offs"), 4),
-            "    m = tl.maximum(m, tl.max(x, 0))",
+            "for start in range(first, hi, BLOCK_N):",
+            *_ind(chunk("a", ["m = tl.maximum(m, tl.max(x, 0))"], False), 4),
             "d = tl.zeros([], dtype=tl.float32)",
-            "for start in range(0, n_cols, BLOCK_N):",
-            *_ind(load + _pro(plan, "x", "mask", "b", "row * n_cols + offs"), 4),
-            "    d += tl.sum(tl.exp(x - m), 0)",
+            "for start in range(first, hi, BLOCK_N):",
+            *_ind(chunk("b", ["d += tl.sum(tl.exp(x - m), 0)"], False), 4),
         ]
     else:
         raise Unsupported(algo)
     L += [
-        "for start in range(0, n_cols, BLOCK_N):",
-        *_ind(load + _pro(plan, "x", "mask", "c", "row * n_cols + offs") + store, 4),
+        "for start in range(first, hi, BLOCK_N):",
+        *_ind(chunk("c", [], True), 4),
     ]
     return head + "\n".join(_ind(L, 4)) + "\n"
 
@@ -377,7 +403,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         ]
     else:
         L += [
-            f"    block_n = min({block_n}, triton.next_power_of_2(R))",
+            # at least 16: the row kernel's chunks start at multiples of 16 (its alignment hint)
+            f"    block_n = max(16, min({block_n}, triton.next_power_of_2(R)))",
             f"    sm_row_kernel[(outer,)](x{aargs}, out, R{scall}, BLOCK_N=block_n, num_warps={warps})",
             "    return out",
         ]
