@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import pytest
 from expert_helpers import EXAMPLES, check_jobs, describe_many, request, run_jobs
-from expert_tasks import ACT_ZOO, MASKED_SOFTMAX, SOFTMAX_PRO_EPI
+from expert_tasks import ACT_ZOO, MASKED_SOFTMAX, ROWNORM_CASES, ROWNORM_TEMPLATE, SOFTMAX_PRO_EPI
+
+
+def _rownorm(case: str) -> str:
+    init, expr = ROWNORM_CASES[case]
+    return ROWNORM_TEMPLATE.replace("{init}", init).replace("{expr}", expr)
+
 
 # (source, ragged sizes, algorithms to check, the kernel that streams the tensor)
 RAGGED = {
@@ -22,8 +28,20 @@ RAGGED = {
     "softmax_long": ((EXAMPLES / "softmax.py").read_text(), {"BATCH": 3, "DIM": 20001}),
     "softmax_pro_epi": (SOFTMAX_PRO_EPI, {"B": 3, "D": 17003}),
     "softmax_masked": (MASKED_SOFTMAX.replace("{dim}", "-1"), {"B": 1, "M": 3, "N": 16411}),
+    # long rows: LayerNorm (weight and bias per column), a scan-free L1 normalisation with a
+    # per-column weight, and a standardisation (Welford partials in the split-row kernels)
+    "rn_layernorm_long": (_rownorm("rn_layernorm_module"), {"B": 1, "S": 3, "D": 17003}),
+    "rn_l1_relu": (_rownorm("rn_l1_relu"), {"B": 1, "S": 3, "D": 17011}),
+    "rn_standardize": (_rownorm("rn_standardize"), {"B": 1, "S": 2, "D": 20001}),
 }
-STREAMING = {"fused": "ew_fused_kernel", "online": "sm_row_kernel", "three-pass": "sm_row_kernel"}
+# the kernels that stream the tensor, per algorithm
+STREAMING = {
+    "fused": ("ew_fused_kernel",),
+    "online": ("sm_row_kernel",),
+    "three-pass": ("sm_row_kernel",),
+    "split-row": ("rn_split_pass1_kernel", "rn_split_out_kernel"),
+    "multi-pass": ("rn_multi_pass_kernel",),
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +77,9 @@ def test_ragged_seeds_match_the_reference(ragged):
 def test_ragged_streams_move_128_bit_vectors(ragged):
     for (name, r), _, comp in ragged:
         assert comp.get("ok"), f"{name} {r.algorithm}: {comp.get('error')}"
-        (k,) = [k for k in comp["kernels"] if k["kernel"] == STREAMING[r.algorithm]]
-        # the whole blocks: loads and stores of the streamed tensor are 128-bit vectors
-        assert k["ld_v4"] > 0 and k["st_v4"] > 0, f"{name} {r.algorithm} at ragged sizes: {k}"
+        ks = [k for k in comp["kernels"] if k["kernel"] in STREAMING[r.algorithm]]
+        assert ks, f"{name} {r.algorithm}: none of {STREAMING[r.algorithm]} launched"
+        for k in ks:
+            # the whole blocks: the streamed tensor's loads (and stores) are 128-bit vectors
+            stores = k["kernel"] != "rn_split_pass1_kernel"  # partials only: no row store
+            assert k["ld_v4"] > 0 and (k["st_v4"] > 0 or not stores), f"{name} {r.algorithm}: {k}"

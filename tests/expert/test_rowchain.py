@@ -146,8 +146,8 @@ def test_rows_past_a_block_at_run_time_take_the_multi_pass_kernel(name, descs):
     src = first.source
     assert src.count(f"if block <= {rowchain.WHOLE_ROW_MAX}:") == 1
     src = src.replace(f"if block <= {rowchain.WHOLE_ROW_MAX}:", "if block <= 0:")
-    assert src.count("BLOCK_N=min(4096,") == 1
-    src = src.replace("BLOCK_N=min(4096,", "BLOCK_N=min(128,")
+    assert src.count("BLOCK_N=max(16, min(4096,") == 1
+    src = src.replace("BLOCK_N=max(16, min(4096,", "BLOCK_N=max(16, min(128,")
     _check(name, src)
 
 

@@ -365,19 +365,28 @@ _ROW_BASE = [
 
 
 def _loads(
-    plan: RowPlan, cols: str, mask: str, per_row: str = "row", row_mask: str | None = None
+    plan: RowPlan,
+    cols: str,
+    mask: str | None,
+    per_row: str = "row",
+    row_mask: str | None = None,
+    rb: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
+    """Loads of every leaf at `cols` (`mask` None: a whole chunk, unmasked). `rb`: the chunk's
+    row offset `base + start * inner` as its own (alignment-hinted) value, see _chunks."""
     lines: list[str] = []
     env: dict[str, str] = {}
+    m = f", mask={mask}, other=0.0" if mask else ""
+    full = f"{rb} + cols0 * inner" if rb else f"base + {cols} * inner"
     for lf in plan.leaves:
         p = f"l_{lf.name}"
         v = f"x_{lf.name}"
         rm = f", mask={row_mask}, other=0.0" if row_mask else ""
         lines += [
             f"if {p}_MODE == 0:",
-            f"    {v} = tl.load({p}_ptr + base + {cols} * inner, mask={mask}, other=0.0).to(tl.float32)",
+            f"    {v} = tl.load({p}_ptr + {full}{m}).to(tl.float32)",
             f"elif {p}_MODE == 1:",
-            f"    {v} = tl.load({p}_ptr + {cols}, mask={mask}, other=0.0).to(tl.float32)",
+            f"    {v} = tl.load({p}_ptr + {cols}{m}).to(tl.float32)",
             f"elif {p}_MODE == 2:",
             f"    {v} = tl.load({p}_ptr + {per_row}{rm}).to(tl.float32)",
             "else:",
@@ -427,12 +436,36 @@ def _carries(nodes: list[DNode]) -> list[str]:
     return [f"c_{d.name} = tl.zeros([], dtype=tl.float32)" for d in nodes if d.kind == "scan"]
 
 
-def _store(plan: RowPlan, val: str, row: str, mask: str | None) -> str:
+def _store(plan: RowPlan, val: str, row: str, mask: str | None, rb: str | None = None) -> str:
     """The output store: a row-shaped output at the tile's offsets, a per-row one at its row."""
+    m = f", mask={mask}" if mask else ""
     if plan.out_kind == "row":
-        m = f", mask={mask}" if mask else ""
         return f"tl.store(out_ptr + {row}, {val}.to(out_ptr.dtype.element_ty){m})"
-    return f"tl.store(out_ptr + base + cols * inner, {val}.to(out_ptr.dtype.element_ty), mask={mask})"
+    full = f"{rb} + cols0 * inner" if rb else "base + cols * inner"
+    return f"tl.store(out_ptr + {full}, {val}.to(out_ptr.dtype.element_ty){m})"
+
+
+def _chunks(lo: str, hi: str, body: Callable[[bool], list[str]]) -> list[str]:
+    """A loop over the row's elements [lo, hi) in chunks of BLOCK_N, `body(masked)` per chunk.
+
+    With contiguous rows (inner == 1, ALIGN 16) the chunks start where the tensor's offset is a
+    multiple of 16, not at `lo`, and only a chunk the range's ends cut is masked: the whole ones
+    load and store 128-bit vectors even when the row length is not a multiple of 16 (a mask
+    against such a length, or a row start Triton cannot prove aligned, makes every access one
+    32-bit word). `mask` stays defined in both paths for the bodies' where()s."""
+    return [
+        # int32 like the row's own offsets (base is int64): the loop's `cols` keeps one type
+        f"first = {lo} - ((base + {lo}) % ALIGN).to(tl.int32)",
+        f"for start in range(first, {hi}, BLOCK_N):",
+        "    cols = start + cols0",
+        "    rb = tl.multiple_of(base + start * inner, ALIGN)",
+        f"    if (start >= {lo}) & (start + BLOCK_N <= {hi}):",
+        "        mask = cols0 < BLOCK_N",
+        *("        " + x for x in body(False)),
+        "    else:",
+        f"        mask = (cols >= {lo}) & (cols < {hi})",
+        *("        " + x for x in body(True)),
+    ]
 
 
 def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
@@ -480,20 +513,21 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
         reds = by_level[lv]
         for r in reds:
             L.append(f"acc_{r.name} = tl.full([BLOCK_N], {_IDENT[r.red]}, tl.float32)")
-        body = ["cols = start + cols0", "mask = cols < R"]
-        loads, env = _loads(plan, "cols", "mask")
-        env.update(stats)
-        body += loads
         needed = _needed(plan, [r.deps[0] for r in reds])
-        body += _elem_lines(needed, env, "mask", 0)
+
+        def red_body(masked: bool, reds=reds, needed=needed) -> list[str]:
+            loads, env = _loads(plan, "cols", "mask" if masked else None, rb="rb")
+            env.update(stats)
+            body = loads + _elem_lines(needed, env, "mask", 0)
+            for r in reds:
+                comb = _COMBINE[r.red].format(
+                    a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
+                )
+                body.append(f"acc_{r.name} = {comb}")
+            return body
+
         L += _carries(needed)
-        for r in reds:
-            comb = _COMBINE[r.red].format(
-                a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
-            )
-            body.append(f"acc_{r.name} = {comb}")
-        L.append("for start in range(0, R, BLOCK_N):")
-        L += ["    " + x for x in body]
+        L += _chunks("0", "R", red_body)
         # Statistics of this level, and the ew values derived only from them, as scalars.
         for r in reds:
             L.append(f"s_{r.name} = {_RED_FN[r.red]}(acc_{r.name}, 0)")
@@ -504,20 +538,20 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
         L += _elem_lines(_needed(plan, [plan.out]), env, "True", 0)
         L.append(_store(plan, env[plan.out], "row", None))
     else:
-        body = ["cols = start + cols0", "mask = cols < R"]
-        loads, env = _loads(plan, "cols", "mask")
-        env.update(stats)
-        body += loads
         needed = _needed(plan, [plan.out])
-        body += _elem_lines(needed, env, "mask", 0)
-        body.append(_store(plan, env[plan.out], "row", "mask"))
+
+        def out_body(masked: bool) -> list[str]:
+            loads, env = _loads(plan, "cols", "mask" if masked else None, rb="rb")
+            env.update(stats)
+            body = loads + _elem_lines(needed, env, "mask", 0)
+            return [*body, _store(plan, env[plan.out], "row", "mask" if masked else None, rb="rb")]
+
         L += _carries(needed)
-        L.append("for start in range(0, R, BLOCK_N):")
-        L += ["    " + x for x in body]
+        L += _chunks("0", "R", out_body)
     return (
         "@triton.jit\ndef rn_multi_pass_kernel("
         + sig
-        + ", BLOCK_N: tl.constexpr):\n"
+        + ", ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):\n"
         + "\n".join("    " + x for x in L)
         + "\n"
     )
@@ -582,9 +616,11 @@ def _combine(done: list[DNode], idx: dict[str, int]) -> tuple[list[str], dict[st
     return L, env
 
 
-def _values(plan: RowPlan, targets: list[str], stats: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """Loads at `cols`/`mask` and the ew values needed for `targets`."""
-    loads, env = _loads(plan, "cols", "mask")
+def _values(
+    plan: RowPlan, targets: list[str], stats: dict[str, str], masked: bool = True, rb: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Loads at `cols` (masked by `mask`, or a whole chunk) and the ew values for `targets`."""
+    loads, env = _loads(plan, "cols", "mask" if masked else None, rb=rb)
     env.update(stats)
     lines = list(loads)
     for d in _needed(plan, targets):
@@ -622,22 +658,24 @@ def _split_pass_kernel(plan: RowPlan, sig: str, p: int, lv: dict[str, int], idx:
                 f"a1_{w.name} = tl.zeros([BLOCK_N], dtype=tl.float32)",
                 f"a2_{w.name} = tl.zeros([BLOCK_N], dtype=tl.float32)",
             ]
-    body, env = _values(plan, [r.deps[0] for r in plain] + srcs, stats)
-    body = ["cols = start + cols0", "mask = cols < hi", *body]
-    for r in plain:
-        comb = _COMBINE[r.red].format(
-            a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
-        )
-        body.append(f"acc_{r.name} = {comb}")
-    for w in wel:
-        assert w.welford is not None
-        body += [
-            f"d_{w.name} = tl.where(mask, {env[w.welford[0]]} - c_{w.name}, 0.0)",
-            f"a1_{w.name} += d_{w.name}",
-            f"a2_{w.name} += d_{w.name} * d_{w.name}",
-        ]
-    L.append("for start in range(lo, hi, BLOCK_N):")
-    L += ["    " + x for x in body]
+
+    def pass_body(masked: bool) -> list[str]:
+        body, env = _values(plan, [r.deps[0] for r in plain] + srcs, stats, masked, rb="rb")
+        for r in plain:
+            comb = _COMBINE[r.red].format(
+                a=f"acc_{r.name}", b=f"tl.where(mask, {env[r.deps[0]]}, {_IDENT[r.red]})"
+            )
+            body.append(f"acc_{r.name} = {comb}")
+        for w in wel:
+            assert w.welford is not None
+            body += [
+                f"d_{w.name} = tl.where(mask, {env[w.welford[0]]} - c_{w.name}, 0.0)",
+                f"a1_{w.name} += d_{w.name}",
+                f"a2_{w.name} += d_{w.name} * d_{w.name}",
+            ]
+        return body
+
+    L += _chunks("lo", "hi", pass_body)
     for r in plain:
         L.append(f"tl.store({_ws(idx[r.name], 'sid')}, {_RED_FN[r.red]}(acc_{r.name}, 0))")
     if wel:
@@ -656,12 +694,12 @@ def _split_pass_kernel(plan: RowPlan, sig: str, p: int, lv: dict[str, int], idx:
 
 def _split_out_kernel(plan: RowPlan, sig: str, idx: dict[str, int]) -> str:
     cl, stats = _combine([d for d in plan.nodes if d.kind == "red"], idx)
-    body, env = _values(plan, [plan.out], stats)
-    body = ["cols = start + cols0", "mask = cols < hi", *body]
-    body.append(
-        f"tl.store(out_ptr + base + cols * inner, {env[plan.out]}.to(out_ptr.dtype.element_ty), mask=mask)"
-    )
-    L = [*_SPLIT_HEAD, *cl, "for start in range(lo, hi, BLOCK_N):", *("    " + x for x in body)]
+
+    def out_body(masked: bool) -> list[str]:
+        body, env = _values(plan, [plan.out], stats, masked, rb="rb")
+        return [*body, _store(plan, env[plan.out], "row", "mask" if masked else None, rb="rb")]
+
+    L = [*_SPLIT_HEAD, *cl, *_chunks("lo", "hi", out_body)]
     return _split_def("rn_split_out_kernel", sig, L)
 
 
@@ -679,7 +717,7 @@ def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> 
     parts += [f"l_{lf.name}_val" for lf in plan.scalars]
     parts += ["ws_ptr", "rows", "CH", "NSPLIT"]
     parts += [f"l_{lf.name}_MODE: tl.constexpr" for lf in plan.leaves]
-    parts += ["SPLIT_BLOCK: tl.constexpr", "BLOCK_N: tl.constexpr"]
+    parts += ["SPLIT_BLOCK: tl.constexpr", "ALIGN: tl.constexpr", "BLOCK_N: tl.constexpr"]
     sig = ", ".join(parts)
     kernels = [_split_pass_kernel(plan, sig, p, lv, idx) for p in range(1, passes + 1)]
     kernels.append(_split_out_kernel(plan, sig, idx))
@@ -690,7 +728,7 @@ def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> 
     )
     L = [
         "    sms = torch.cuda.get_device_properties(out.device).multi_processor_count if out.is_cuda else 4",
-        f"    block = min({block}, triton.next_power_of_2(R))",
+        f"    block = max(16, min({block}, triton.next_power_of_2(R)))",
         # chunks: enough programs for every SM, each chunk a whole number of tiles (ragged tail last)
         f"    split = max(1, min(triton.cdiv(sms * {per_sm}, rows), triton.cdiv(R, block), 4096))",
         "    ch = triton.cdiv(triton.cdiv(R, split), block) * block",
@@ -698,7 +736,7 @@ def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> 
         f"    ws = torch.empty(({len(reds)}, rows, split), device=out.device, dtype=torch.float32)",
         "    sb = triton.next_power_of_2(split)",
     ]
-    tail = f"ws, rows, ch, split, {kw}SPLIT_BLOCK=sb, BLOCK_N=block, num_warps={warps})"
+    tail = f"ws, rows, ch, split, {kw}SPLIT_BLOCK=sb, ALIGN=align, BLOCK_N=block, num_warps={warps})"
     for p in range(1, passes + 1):
         L.append(f"    rn_split_pass{p}_kernel[(rows, split)]({args}, {tail}")
     L += [f"    rn_split_out_kernel[(rows, split)]({args}, {tail}", "    return out"]
@@ -777,6 +815,8 @@ def emit(
         "    for s in shape[:lo]:",
         "        rows *= s",
         "    rows *= inner",
+        # contiguous rows: chunks start at 16-element offsets (_chunks); BLOCK_N >= 16 then
+        "    align = 16 if inner == 1 else 1",
         f"    out = torch.empty({_out_shape(plan)}, device={x}.device, dtype={x}.dtype)",
         "    if out.numel() == 0:",
         "        return out",
@@ -808,7 +848,8 @@ def emit(
     else:
         block = int(params.get("BLOCK_N", 4096))
         L += [
-            f"    rn_multi_pass_kernel[(rows,)]({args}, {kw}BLOCK_N=min({block}, triton.next_power_of_2(R)), "
+            f"    rn_multi_pass_kernel[(rows,)]({args}, {kw}ALIGN=align, "
+            f"BLOCK_N=max(16, min({block}, triton.next_power_of_2(R))), "
             f"num_warps={warps})",
             "    return out",
         ]
