@@ -208,7 +208,8 @@ def compile_kernels(job: dict, tmpdir: str, idx: int) -> dict:
             k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         except Exception as e:
             return {"ok": False, "error": f"{fn.__name__}: {type(e).__name__}: {str(e)[-1500:]}"}
-        ops = re.findall(r"\b((?:ld|st)\.global\S*)", k.asm["ptx"])
+        ptx = k.asm["ptx"]
+        ops = re.findall(r"\b((?:ld|st)\.global\S*)", ptx)
 
         def count(kind: str, vec: str, ops=ops) -> int:
             # global accesses of the PTX: 128-bit vectors (.v4) or single 32-bit words
@@ -228,6 +229,9 @@ def compile_kernels(job: dict, tmpdir: str, idx: int) -> dict:
                 "ld_b32": count("ld", ""),
                 "st_v4": count("st", ".v4."),
                 "st_b32": count("st", ""),
+                # async copies into shared memory (the pipelined tl.dot operand tiles), by size
+                "cp16": len(re.findall(r"cp\.async\.\w+\.shared\.global\s[^;]*\],\s*0x10\b", ptx)),
+                "cp4": len(re.findall(r"cp\.async\.\w+\.shared\.global\s[^;]*\],\s*0x4\b", ptx)),
             }
         )
     return {"ok": True, "kernels": done}

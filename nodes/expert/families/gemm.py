@@ -313,6 +313,12 @@ def _fill_tiles(plan: GemmPlan) -> tuple[int, int]:
     return bm, bn
 
 
+def _rows_misaligned(plan: GemmPlan) -> bool:
+    """Rows of K elements that are not whole 16-byte lines (an odd K in fp32): A's rows (and a
+    K-major B's) then start at addresses no 16-byte access can use."""
+    return plan.k % (4 if plan.dtype == "float32" else 8) != 0
+
+
 def _kmajor_default(plan: GemmPlan) -> bool:
     """Copy the operands into K-major, K-padded buffers when that is cheap next to the GEMM.
 
@@ -320,10 +326,15 @@ def _kmajor_default(plan: GemmPlan) -> bool:
     K-major from shared memory: an N-major B (a plain (K, N) matrix) or rows that are not 16-byte
     aligned (an odd K) make Triton fill shared memory with 4-byte instead of 16-byte async copies
     (seen in the sm_90 PTX). Copying both operands costs about 150 * (1/M + 1/N) of a 3xTF32 GEMM's
-    time; taken when that is under 15%."""
+    time; taken when that is under 15%. With misaligned rows every operand tile, A's too, moves
+    4 bytes at a time (tests/expert/test_gemm_ragged.py counts the copies), and the GEMM is several
+    times slower (H100, 767 x 6143 x 6143: the in-register 3xTF32 kernel 3.66 ms, the K-padded
+    presplit one 0.870 ms), so the copies are taken while they cost less than the GEMM itself.
+    Split-k's A is the long operand, so there the copy is taken only for misaligned rows."""
     if plan.dtype != "float32" and plan.k % 8 == 0:
         return False
-    return 150.0 * (1.0 / max(plan.m, 1) + 1.0 / max(plan.n, 1)) < 0.15
+    limit = 1.0 if _rows_misaligned(plan) else 0.15
+    return 150.0 * (1.0 / max(plan.m, 1) + 1.0 / max(plan.n, 1)) < limit
 
 
 # Rows of A from which split-k's fp32 default is tf32x3-bsplit (see _bsplit_pays).
@@ -391,7 +402,9 @@ def defaults(plan: GemmPlan, algorithm: str) -> dict[str, Any]:
             BLOCK_K=32,
             num_warps=8 if bm * bn >= 128 * 128 else 4,
             num_stages=3,
-            KMAJOR=False,
+            # misaligned rows: A copied to whole 16-byte lines (and, with K padded, every K chunk
+            # whole: no masks) costs two passes over A, next to 4-byte copies of every tile
+            KMAJOR=_rows_misaligned(plan),
         )
         return out
     if algorithm in ("tiled", "tiled-ieee", PERSISTENT, PRESPLIT):
@@ -478,12 +491,8 @@ def space(plan: GemmPlan, params: dict[str, Any], stage: str, sp: dict[str, list
     if params["algorithm"] == GEMV:
         return GEMV_SPACE.get(stage, {})
     sp = dict(sp)
-    if (
-        stage == "memory"
-        and params["algorithm"] in DOT_ALGOS
-        and params["algorithm"] != PRESPLIT
-        and params.get("PRECISION") != BSPLIT_PRECISION  # B is K-major already, A is read as it is
-    ):
+    if stage == "memory" and params["algorithm"] in DOT_ALGOS and params["algorithm"] != PRESPLIT:
+        # (under tf32x3-bsplit B is K-major and padded already: KMAJOR copies A alone)
         sp["KMAJOR"] = [not params.get("KMAJOR", False)]
     if params["algorithm"] == "split-k" and stage == "mapping":
         # SPLIT_K 0 sizes the split at launch (PROGS_PER_SM programs per SM)
@@ -1073,6 +1082,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: GemmPlan, params: dic
             f"    kp = triton.cdiv(K, {bk}) * {bk}",
             "    b3, bl3 = _tf32_split(b3, 1, K, kp)",
         ]
+        if params.get("KMAJOR"):
+            # A too on whole 16-byte lines, zero-padded to kp like B's halves: no K masks
+            L += ["    a3 = _kmajor(a3, 2, K, kp)", "    K = kp"]
         lo_args = "bl3, "
     elif params.get("KMAJOR"):
         # K-major, K-padded operand copies (layout only): 16-byte async copies into the TF32
