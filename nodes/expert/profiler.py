@@ -374,7 +374,7 @@ def _conv(plan: Any, algo: str, p: dict[str, Any], bottleneck: str) -> list[Reas
                 ["CHANNELS_LAST"],
             )
         )
-    if p.get("PRECISION") == "tf32x3":
+    if p.get("PRECISION") in ("tf32x3", "tf32x3-bsplit"):
         out.append(
             (
                 "3xTF32 is three MMAs per product; PyTorch's own convolutions are TF32.",

@@ -450,7 +450,7 @@ def test_conv_first_seeds_follow_cudnn(descs):
     fam, plan = _plan(descs, "conv3d_tf32_cl")
     first, second = (fam.defaults(plan, a) for a in fam.algorithms(plan)[:2])
     assert (first["PRECISION"], first["CHANNELS_LAST"]) == ("tf32", True)
-    assert second["PRECISION"] == "tf32x3"
+    assert second["PRECISION"] == "tf32x3-bsplit"
     r = _reply(descs, "conv3d_tf32_cl")
     assert 'input_precision="tf32"' in r.source and r.params["PRECISION"] == "tf32"
 

@@ -6,7 +6,7 @@ Algorithms (the seeds):
                        output channels of one group, K walked as (kernel tap, channel block); the
                        input tile of one tap is gathered straight from NCHW/NCDHW memory (zero
                        padding = masked loads). A 1x1 / stride-1 / unpadded conv takes a plain-GEMM
-                       path (no spatial index math). fp32 uses 3xTF32 tl.dot ("tf32x3") or ieee.
+                       path (no spatial index math). fp32 uses TF32, 3xTF32 or ieee tl.dot.
   implicit-gemm-flatk  the same GEMM with K = (tap, channel) flattened into one index: no wasted
                        K lanes when channels per group are few (first layers, small groups)
   direct               one output pixel per lane, fp32 FMA over taps and the group's channels:
@@ -30,7 +30,10 @@ Precision (PRECISION, shown in the candidate's params): the first GEMM seed is T
 channels-last operands, as PyTorch's own fp32 convolutions are TF32 (cuDNN,
 torch.backends.cudnn.allow_tf32 is True by default), so the checker's bar (4x the reference's own
 error) is TF32-sized on a GPU; the other seeds are 3xTF32, and a mismatch steps tf32 -> tf32x3 ->
-ieee. TF32 operands are rounded to nearest first, as cuDNN's are (A in the kernel, the weights in
+ieee. The 3xTF32 seeds split the weights once per call ("tf32x3-bsplit", as the gemm family's
+split-k does: a Triton kernel writes the TF32 high part and the fp32 remainder in the kernel's
+weight layout) and only the gathered input tile in registers: Triton's own tf32x3 splits both
+tiles every K step and sends B's halves back through shared memory. "tf32x3" stays a choice. TF32 operands are rounded to nearest first, as cuDNN's are (A in the kernel, the weights in
 the launcher): fed fp32, the tensor cores truncate, a bias towards zero that put the first seed
 outside the bar on positive inputs. (The CPU interpreter computes every tl.dot in fp32: precision
 is judged on the GPU, and the rounding is done there only.)
@@ -47,7 +50,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Unsupported, assemble, is_node
 from ..kernelfiles import kernel_source
-from .gemm import dot_tile_problem, grouped_tiles
+from .gemm import BSPLIT_PRECISION, _bsplit_dots, dot_tile_problem, grouped_tiles
 
 CONV_OPS = {"conv1d", "conv2d", "conv3d"}
 CONVT_OPS = {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
@@ -223,7 +226,7 @@ def defaults(plan: ConvPlan, algorithm: str) -> dict[str, Any]:
     # error, is then TF32-sized. The other seeds keep 3xTF32 (fp32-level accuracy), so a reference
     # that did not use TF32 still has a passing seed; a mismatch steps tf32 -> tf32x3 -> ieee.
     tf32 = plan.dtype == "float32" and algorithm == algorithms(plan)[0]
-    prec = ("tf32" if tf32 else "tf32x3") if plan.dtype == "float32" else "default"
+    prec = ("tf32" if tf32 else BSPLIT_PRECISION) if plan.dtype == "float32" else "default"
     # 128x64x32 tiles, 3 stages, 4 warps, NCHW input: the best all-round point of an H200 sweep
     # over the suite's convs (3x3, 3x3x3, transposed 2d/3d, 1x1) at fp32 / 3xTF32; BLOCK_N and
     # BLOCK_K are capped to the channels per group at launch. With TF32 the operand loads weigh
@@ -271,7 +274,7 @@ def refinements(plan: ConvPlan, params: dict[str, Any]) -> list[tuple[str, dict[
                 "3xTF32 tensor-core dot keeps fp32 accuracy at several times the fp32 FMA rate",
             )
         ]
-    if params.get("PRECISION") == "tf32x3":
+    if params.get("PRECISION") in ("tf32x3", BSPLIT_PRECISION):
         # Measured on the H200 (2026-12-01): the 3xTF32 kernels ran at 0.54x (3x3) and 0.78x
         # (1x1) of eager, whose cuDNN convolutions are TF32 (PyTorch's default for convolutions,
         # unlike matmuls). The checker's bar is 4x the reference's own error, so it decides.
@@ -291,11 +294,15 @@ def safer(plan: ConvPlan, params: dict[str, Any], rule: str) -> list[tuple[str, 
         return [
             (
                 "fix:mismatch:tf32x3",
-                dict(params, PRECISION="tf32x3"),
+                dict(params, PRECISION=BSPLIT_PRECISION),
                 "3xTF32 dot products: this reference was not computed in TF32, or not closely enough",
             )
         ]
-    if params["algorithm"] != "direct" and params.get("PRECISION") == "tf32x3" and "mismatch" in rule:
+    if (
+        params["algorithm"] != "direct"
+        and params.get("PRECISION") in ("tf32x3", BSPLIT_PRECISION)
+        and "mismatch" in rule
+    ):
         return [
             (
                 "fix:mismatch:ieee",
@@ -364,7 +371,8 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     U = [d.upper() for d in _DIMS[3 - plan.nd :]]
     dims = [f"{a}_{X}" for X in U for a in _PER_DIM]
     nospec = ["M"] + [f"{a}_{X}" for X in U for a in _PHASE_ARGS]
-    prec = f', input_precision="{precision}"' if precision else ""
+    bsplit = precision == BSPLIT_PRECISION
+    prec = f', input_precision="{precision}"' if precision and not bsplit else ""
     # TF32 as the reference's cuDNN does it, rounded to nearest, both tiles here (RNA: on a GPU).
     # Fed unrounded, the tensor cores truncate. Not in the launcher: torch bit ops there are
     # elementwise PyTorch compute, which policy `mixed` rejects.
@@ -373,6 +381,7 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         [
             "x_ptr",
             "w_ptr",
+            *(["wl_ptr"] if bsplit else []),
             "out_ptr",
             "bias_ptr",
             "M",
@@ -408,6 +417,7 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         "m_ok = rm < M",
         "n_ok = rn < CPO",
         "w_base = w_ptr + g * (CPG * CPO) * " + " * ".join(f"KFULL_{X}" for X in U),
+        *(["wl_base = wl_ptr + g * (CPG * CPO) * " + " * ".join(f"KFULL_{X}" for X in U)] if bsplit else []),
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
     ]
     # --- pointwise: input pixel == output pixel, K = channels only ---
@@ -428,7 +438,8 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         "        a_ptrs = x_row[:, None] + ci[None, :]",
         "    else:",
         "        a_ptrs = x_row[:, None] + ci[None, :] * x_sc",
-        "    b_ptrs = w_base + rn[None, :] * CPG + ci[:, None]",
+        "    b_off = rn[None, :] * CPG + ci[:, None]",
+        "    b_ptrs = w_base + b_off",
         "    if EVEN_C:",
         "        a = tl.load(a_ptrs, mask=m_ok[:, None], other=0.0)",
         "        b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)",
@@ -481,7 +492,8 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             "    a_ptrs = x_row[:, None] + (sp[:, None] * x_sp + ci[None, :])",
             "else:",
             "    a_ptrs = x_row[:, None] + (sp[:, None] + ci[None, :] * x_sc)",
-            "b_ptrs = w_base + (wtap * CPO + rn[None, :]) * CPG + ci[:, None]",
+            "b_off = (wtap * CPO + rn[None, :]) * CPG + ci[:, None]",
+            "b_ptrs = w_base + b_off",
             "if EVEN_C:",
             "    a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)",
             "    b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)",
@@ -511,13 +523,15 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             "else:",
             "    a_ptrs = x_row[:, None] + (sp + ci[None, :] * x_sc)",
             f"a = tl.load(a_ptrs, mask={ok}, other=0.0)",
-            "b = tl.load(w_base + (wtap[:, None] * CPO + rn[None, :]) * CPG + ci[:, None], "
-            "mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
+            "b_off = (wtap[:, None] * CPO + rn[None, :]) * CPG + ci[:, None]",
+            "b = tl.load(w_base + b_off, mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
             *rna,
             f"acc = tl.dot(a, b, acc{prec})",
         ]
         gen += _ind(body)
     L += ["if POINTWISE:", *_ind(pw), "else:", *_ind(gen)]
+    if bsplit:
+        L = _bsplit_k_steps(L)
     epi, last = _epilogue(
         plan,
         "acc",
@@ -539,6 +553,23 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     params = sig + [f"{c}: tl.constexpr" for c in consts]
     src = head + "def conv_igemm_kernel(\n" + "".join(f"    {p},\n" for p in params) + "):\n"
     return src + "\n".join(_ind(L)) + "\n", sig
+
+
+def _bsplit_k_steps(lines: list[str]) -> list[str]:
+    """tf32x3-bsplit K steps: the weights come split once (TF32 high part at w_ptr, fp32
+    remainder at wl_ptr, same layout), so each load of the B tile gets its low part beside it,
+    and each tl.dot becomes gemm's three TF32 products with A split in registers."""
+    out = []
+    for ln in lines:
+        body = ln.lstrip()
+        pad = ln[: len(ln) - len(body)]
+        if body.startswith("b = tl.load(") and ", mask=" in body:
+            out += [ln, pad + "bl = tl.load(wl_base + b_off, mask=" + body.split(", mask=", 1)[1]]
+        elif body == "acc = tl.dot(a, b, acc)":
+            out += [pad + d.strip() for d in _bsplit_dots(fresh=True)]
+        else:
+            out.append(ln)
+    return out
 
 
 def _direct_kernel(plan: ConvPlan) -> tuple[str, list[str]]:
@@ -781,6 +812,14 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             # (groups, taps, C_out/g, C_in/g): K-major B tiles, what tf32 tensor-core MMAs read.
             f"    wp = w.reshape{shape}.permute{perm}.contiguous()",
         ]
+        bsplit = _precision_of(plan, params) == BSPLIT_PRECISION
+        if bsplit:
+            # split once: TF32 high part and fp32 remainder, same layout (a Triton kernel)
+            L += [
+                "    wshape = wp.shape",
+                "    wp, wl = _tf32_split(wp.reshape(1, -1, cpg), 2, cpg, cpg)",
+                "    wp, wl = wp.reshape(wshape), wl.reshape(wshape)",
+            ]
         # TF32 rounded to nearest on a GPU (the interpreter's dots are fp32 whatever is asked)
         L += ["    rna = x.is_cuda" if _precision_of(plan, params) == "tf32" else "    rna = False"]
         L += [
@@ -807,7 +846,7 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             "        for i, e in enumerate(ph):",
             "            dims += [xs[i], outs[i], e[1], e[0], e[2], e[3], e[4], e[5], e[6], ks[i], e[7], e[8]]",
             f"        grid = (triton.cdiv(m, {bm}) * triton.cdiv(cpo, bn), G, 1 if fold else nb)",
-            "        conv_igemm_kernel[grid](xk, wp, out, b, m, p_out, cpg, cpo, xsn, xsc, xsp, "
+            f"        conv_igemm_kernel[grid](xk, wp, {'wl, ' if bsplit else ''}out, b, m, p_out, cpg, cpo, xsn, xsc, xsp, "
             f"out.stride(0), out.stride(1), out.stride(-1), *dims{epi}, HAS_BIAS=has_bias, POINTWISE=pointwise, "
             "FOLD_N=fold, "
             f"EVEN_C=(cpg % bk == 0), CL={cl}, RNA=rna, BLOCK_M={bm}, BLOCK_N=bn, BLOCK_K=bk, GROUP_M={gm}, "
@@ -820,7 +859,7 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
 def _precision_of(plan: ConvPlan, params: dict[str, Any]) -> str | None:
     """The tl.dot input precision of an implicit-GEMM candidate (None: the dtype's default)."""
     prec = params.get("PRECISION", "tf32x3")
-    return prec if plan.dtype == "float32" and prec in ("tf32x3", "ieee", "tf32") else None
+    return prec if plan.dtype == "float32" and prec in ("tf32x3", "ieee", "tf32", BSPLIT_PRECISION) else None
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dict[str, Any]) -> str:
@@ -834,6 +873,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dic
     kernels = ([ewops.HELPERS] if plan.epilogue.nodes else []) + [kernel]
     if precision == "tf32":
         kernels.insert(0, kernel_source("tf32split.py", "tf32_round"))
+    bsplit = precision == BSPLIT_PRECISION
+    if bsplit:
+        kernels.append(kernel_source("tf32split.py", "tf32_split_kernel"))
     leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
     call = [
         plan.x_expr,
@@ -853,7 +895,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dic
     return assemble(
         desc,
         "\n\n".join(kernels),
-        _GEOMETRY + "\n\n" + _launcher(plan, params, sig),
+        _GEOMETRY
+        + "\n\n"
+        + (kernel_source("tf32split.py", "_tf32_split") + "\n\n" if bsplit else "")
+        + _launcher(plan, params, sig),
         f"return launch_conv({', '.join(call)})",
         doc,
     )
