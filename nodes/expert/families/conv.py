@@ -29,12 +29,13 @@ sm_90 PTX) and the output tile is stored in 16-byte vectors.
 Precision (PRECISION, shown in the candidate's params): the first GEMM seed is TF32 with
 channels-last operands, as PyTorch's own fp32 convolutions are TF32 (cuDNN,
 torch.backends.cudnn.allow_tf32 is True by default), so the checker's bar (4x the reference's own
-error) is TF32-sized on a GPU; the other seeds are 3xTF32, and a mismatch steps tf32 -> tf32x3 ->
-ieee. The 3xTF32 seeds split the weights once per call ("tf32x3-bsplit", as the gemm family's
-split-k does: a Triton kernel writes the TF32 high part and the fp32 remainder in the kernel's
-weight layout) and only the gathered input tile in registers: Triton's own tf32x3 splits both
-tiles every K step and sends B's halves back through shared memory. "tf32x3" stays a choice. TF32 operands are rounded to nearest first, as cuDNN's are (A in the kernel, the weights in
-the launcher): fed fp32, the tensor cores truncate, a bias towards zero that put the first seed
+error) is TF32-sized on a GPU; the other seeds are 3xTF32, and a mismatch steps tf32 ->
+tf32x3-bsplit -> ieee. The 3xTF32 seeds split the weights once per call ("tf32x3-bsplit", as the
+gemm family's split-k does: a Triton kernel writes the TF32 high part and the fp32 remainder in
+the kernel's weight layout) and only the gathered input tile in registers: Triton's own tf32x3
+splits both tiles every K step and sends B's halves back through shared memory. "tf32x3" stays
+a choice. TF32 operands are rounded to nearest first, as cuDNN's are (A in the kernel, the
+weights in the launcher): fed fp32, the tensor cores truncate, a bias towards zero that put the first seed
 outside the bar on positive inputs. (The CPU interpreter computes every tl.dot in fp32: precision
 is judged on the GPU, and the rounding is done there only.)
 """
@@ -224,7 +225,7 @@ def defaults(plan: ConvPlan, algorithm: str) -> dict[str, Any]:
     # The first GEMM seed runs TF32, like PyTorch's own fp32 convolutions (cuDNN with
     # torch.backends.cudnn.allow_tf32, True by default): the checker's bar, 4x the reference's own
     # error, is then TF32-sized. The other seeds keep 3xTF32 (fp32-level accuracy), so a reference
-    # that did not use TF32 still has a passing seed; a mismatch steps tf32 -> tf32x3 -> ieee.
+    # that did not use TF32 still has a passing seed; a mismatch steps tf32 -> tf32x3-bsplit -> ieee.
     tf32 = plan.dtype == "float32" and algorithm == algorithms(plan)[0]
     prec = ("tf32" if tf32 else BSPLIT_PRECISION) if plan.dtype == "float32" else "default"
     # 128x64x32 tiles, 3 stages, 4 warps, NCHW input: the best all-round point of an H200 sweep
@@ -373,6 +374,8 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     nospec = ["M"] + [f"{a}_{X}" for X in U for a in _PHASE_ARGS]
     bsplit = precision == BSPLIT_PRECISION
     prec = f', input_precision="{precision}"' if precision and not bsplit else ""
+    # the group's weights: offset of group g in the (groups, taps, C_out/g, C_in/g) layout
+    w_group = "g * (CPG * CPO) * " + " * ".join(f"KFULL_{X}" for X in U)
     # TF32 as the reference's cuDNN does it, rounded to nearest, both tiles here (RNA: on a GPU).
     # Fed unrounded, the tensor cores truncate. Not in the launcher: torch bit ops there are
     # elementwise PyTorch compute, which policy `mixed` rejects.
@@ -416,8 +419,8 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         *grouped_tiles("CPO"),  # the weights of the group are the B operand
         "m_ok = rm < M",
         "n_ok = rn < CPO",
-        "w_base = w_ptr + g * (CPG * CPO) * " + " * ".join(f"KFULL_{X}" for X in U),
-        *(["wl_base = wl_ptr + g * (CPG * CPO) * " + " * ".join(f"KFULL_{X}" for X in U)] if bsplit else []),
+        f"w_base = w_ptr + {w_group}",
+        *([f"wl_base = wl_ptr + {w_group}"] if bsplit else []),
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
     ]
     # --- pointwise: input pixel == output pixel, K = channels only ---
