@@ -51,7 +51,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Unsupported, assemble, is_node
 from ..kernelfiles import kernel_source
-from .gemm import BSPLIT_PRECISION, _bsplit_dots, dot_tile_problem, grouped_tiles
+from .gemm import BSPLIT_PRECISION, bsplit_dots, dot_tile_problem, grouped_tiles
 
 CONV_OPS = {"conv1d", "conv2d", "conv3d"}
 CONVT_OPS = {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
@@ -423,6 +423,18 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         *([f"wl_base = wl_ptr + {w_group}"] if bsplit else []),
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
     ]
+
+    def b_load(ptrs: str, mask: str) -> list[str]:
+        """The B tile's load; under tf32x3-bsplit its fp32 remainder (same layout) beside it."""
+        out = [f"b = tl.load({ptrs}, mask={mask}, other=0.0)"]
+        if bsplit:
+            out.append(f"bl = tl.load(wl_base + b_off, mask={mask}, other=0.0)")
+        return out
+
+    # one K step: a TF32/IEEE dot, or gemm's three TF32 products with A split in registers
+    k_step = (
+        [d.strip() for d in bsplit_dots(fresh=True)] if bsplit else [*rna, f"acc = tl.dot(a, b, acc{prec})"]
+    )
     # --- pointwise: input pixel == output pixel, K = channels only ---
     pw = [
         "if FOLD_N:",
@@ -445,13 +457,12 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         "    b_ptrs = w_base + b_off",
         "    if EVEN_C:",
         "        a = tl.load(a_ptrs, mask=m_ok[:, None], other=0.0)",
-        "        b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)",
+        *_ind(b_load("b_ptrs", "n_ok[None, :]"), 2),
         "    else:",
         "        c_ok = ci < CPG",
         "        a = tl.load(a_ptrs, mask=m_ok[:, None] & c_ok[None, :], other=0.0)",
-        "        b = tl.load(b_ptrs, mask=c_ok[:, None] & n_ok[None, :], other=0.0)",
-        *_ind(rna),
-        f"    acc = tl.dot(a, b, acc{prec})",
+        *_ind(b_load("b_ptrs", "c_ok[:, None] & n_ok[None, :]"), 2),
+        *_ind(k_step),
     ]
     # --- general: rows decompose into (n, j_d, j_h, j_w) of this stride phase ---
     gen = ["rmc = tl.where(m_ok, rm, 0)", "t = rmc"]
@@ -499,13 +510,12 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             "b_ptrs = w_base + b_off",
             "if EVEN_C:",
             "    a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)",
-            "    b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)",
+            *_ind(b_load("b_ptrs", "n_ok[None, :]")),
             "else:",
             "    c_ok = ci < CPG",
             "    a = tl.load(a_ptrs, mask=ok[:, None] & c_ok[None, :], other=0.0)",
-            "    b = tl.load(b_ptrs, mask=c_ok[:, None] & n_ok[None, :], other=0.0)",
-            *rna,
-            f"acc = tl.dot(a, b, acc{prec})",
+            *_ind(b_load("b_ptrs", "c_ok[:, None] & n_ok[None, :]")),
+            *k_step,
         ]
         gen += _ind(body)
     else:
@@ -527,14 +537,11 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             "    a_ptrs = x_row[:, None] + (sp + ci[None, :] * x_sc)",
             f"a = tl.load(a_ptrs, mask={ok}, other=0.0)",
             "b_off = (wtap[:, None] * CPO + rn[None, :]) * CPG + ci[:, None]",
-            "b = tl.load(w_base + b_off, mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
-            *rna,
-            f"acc = tl.dot(a, b, acc{prec})",
+            *b_load("w_base + b_off", "k_ok[:, None] & n_ok[None, :]"),
+            *k_step,
         ]
         gen += _ind(body)
     L += ["if POINTWISE:", *_ind(pw), "else:", *_ind(gen)]
-    if bsplit:
-        L = _bsplit_k_steps(L)
     epi, last = _epilogue(
         plan,
         "acc",
@@ -556,23 +563,6 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
     params = sig + [f"{c}: tl.constexpr" for c in consts]
     src = head + "def conv_igemm_kernel(\n" + "".join(f"    {p},\n" for p in params) + "):\n"
     return src + "\n".join(_ind(L)) + "\n", sig
-
-
-def _bsplit_k_steps(lines: list[str]) -> list[str]:
-    """tf32x3-bsplit K steps: the weights come split once (TF32 high part at w_ptr, fp32
-    remainder at wl_ptr, same layout), so each load of the B tile gets its low part beside it,
-    and each tl.dot becomes gemm's three TF32 products with A split in registers."""
-    out = []
-    for ln in lines:
-        body = ln.lstrip()
-        pad = ln[: len(ln) - len(body)]
-        if body.startswith("b = tl.load(") and ", mask=" in body:
-            out += [ln, pad + "bl = tl.load(wl_base + b_off, mask=" + body.split(", mask=", 1)[1]]
-        elif body == "acc = tl.dot(a, b, acc)":
-            out += [pad + d.strip() for d in _bsplit_dots(fresh=True)]
-        else:
-            out.append(ln)
-    return out
 
 
 def _direct_kernel(plan: ConvPlan) -> tuple[str, list[str]]:

@@ -667,7 +667,7 @@ def _k_loop(prec: str, indent: str = "", bsplit: bool = False, fresh: bool = Fal
         "        a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
         "        b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
         *bl_masked,
-        *(_bsplit_dots(fresh) if bsplit else [f"    acc = tl.dot(a, b, acc{prec})"]),
+        *(bsplit_dots(fresh) if bsplit else [f"    acc = tl.dot(a, b, acc{prec})"]),
         "    a_ptrs += BLOCK_K * s_ak",
         "    b_ptrs += BLOCK_K * s_bk",
         *(["    bl_ptrs += BLOCK_K * s_bk"] if bsplit else []),
@@ -696,7 +696,7 @@ def _three_dots(lo_a: str, lo_b: str, hi_a: str, hi_b: str, fresh: bool) -> list
     ]
 
 
-def _bsplit_dots(fresh: bool) -> list[str]:
+def bsplit_dots(fresh: bool) -> list[str]:
     """The K step of tf32x3-bsplit: the loaded A tile split in registers into its TF32 high part
     (rounded as kernels/tf32split.py rounds) and the fp32 remainder, B's halves loaded as b / bl;
     small products first, then the high one (_three_dots)."""
@@ -770,7 +770,7 @@ def _gemm_kernel(
             "    a = tl.load(a_ptrs, mask=kmask[None, :], other=0.0)",
             "    b = tl.load(b_ptrs, mask=kmask[:, None], other=0.0)",
             *(
-                ["    bl = tl.load(bl_ptrs, mask=kmask[:, None], other=0.0)", *_bsplit_dots(fresh)]
+                ["    bl = tl.load(bl_ptrs, mask=kmask[:, None], other=0.0)", *bsplit_dots(fresh)]
                 if bsplit
                 else [f"    acc = tl.dot(a, b, acc{prec})"]
             ),
