@@ -64,6 +64,46 @@ def screened_out(timed: dict[str, Any], bar: dict[str, Any]) -> str | None:
     )
 
 
+# A screening timing whose own spread ((p80 - p20) / median) is above this and above the
+# incumbent's noise is taken once more before it may screen its candidate out. On the H200
+# (2026-12-06, the suite's at02 SDPA task) a tiling variant timed 2.084 ms with a 27.4% spread
+# against the incumbent's 2.359 ms was dropped unchecked: the spread, not the kernel, decided.
+NOISY_SCREEN = 0.05
+
+
+def noisy_screen(timed: dict[str, Any], bar: dict[str, Any]) -> bool:
+    """True when `timed` would screen its candidate out only for want of a steady measurement:
+    its spread is above NOISY_SCREEN and the incumbent's noise, and its median is within that
+    spread of beating the incumbent (a kernel slower even at the low end is screened out as is)."""
+    if screened_out(timed, bar) is None:
+        return False
+    own = float(timed.get("noise") or 0.0)
+    if own <= max(NOISY_SCREEN, float(bar.get("noise") or 0.0)):
+        return False
+    return float(timed["candidate_ms"]) / (1.0 + own) < float(bar["incumbent_ms"])
+
+
+def _screening_time(job, runner, lap, sub, out: dict[str, Any], bar: dict[str, Any]) -> dict[str, Any]:
+    """The screening timing (`_timed`), taken a second time when the first is too noisy to screen
+    by (`noisy_screen`); the steadier of the two decides and both are kept in the report."""
+    timed = _timed(job, runner, lap, sub, out)
+    if not noisy_screen(timed, bar):
+        return timed
+    again = _timed(job, runner, lap, sub, out)
+
+    def spread(t: dict[str, Any]) -> float:
+        ms = t.get("candidate_ms")
+        return float(t.get("noise") or 0.0) if t.get("measured") and ms and ms > 0 else float("inf")
+
+    out["screen_retimed"] = [
+        {"candidate_ms": t.get("candidate_ms"), "noise": t.get("noise"), "measured": t.get("measured")}
+        for t in (timed, again)
+    ]
+    best = min((timed, again), key=spread)
+    out["time"] = best
+    return best
+
+
 def _timed(job, runner, lap, sub, out: dict[str, Any]) -> dict[str, Any]:
     """The candidate's timing, recorded as the job's `time` step. The set-up (the task's
     reference, the candidate's first call, the roofline counts) holds the GPU lock shared and only
@@ -128,8 +168,8 @@ def run_evaluate(job) -> dict[str, Any]:
     cuda = job.device == "cuda"
 
     def sub(step: str) -> None:
-        for k, v in (out[step].get("phases") or {}).items():
-            phases[f"{step}.{k}"] = v
+        for k, v in (out[step].get("phases") or {}).items():  # a step taken twice adds up
+            phases[f"{step}.{k}"] = round(phases.get(f"{step}.{k}", 0.0) + v, 3)
 
     bar = job.options.get("screen") if cuda else None
     screen_units = _screen_units(job) if bar else None
@@ -169,10 +209,13 @@ def run_evaluate(job) -> dict[str, Any]:
             if bar:
                 # Screening: time first, and check only a contender (see `screened_out`).
                 with step_peak(gpu, "time"):
-                    timed = _timed(job, runner, lap, sub, out)
+                    timed = _screening_time(job, runner, lap, sub, out, bar)
                 gpu["screen_peak_bytes"] = process_peak() + runner.peak_bytes
                 why = screened_out(timed, bar)
                 if why is not None:
+                    if "screen_retimed" in out:
+                        t0 = out["screen_retimed"][0]
+                        why += f" (timed twice: the first, {t0['candidate_ms']:.4f} ms at a {t0['noise']:.1%} spread, could not decide)"
                     out["screened"] = why
                     return out
                 out.pop("time")
