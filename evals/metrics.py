@@ -304,7 +304,45 @@ def slow_reason(row: Row) -> str:
         parts.append("timed by the judge's wall clock (launch-bound: its own median was not confirmed)")
     if stage_timed(row):
         parts.append("timed by its stage: the time box ended before the final benchmark")
+    if (hb := host_bound(row)) is not None:
+        parts.append(
+            f"host-bound: launched {_num(row.get('candidate_ms')):.3f} ms, its kernels replayed as a "
+            f"CUDA graph {_num(row.get('cudagraph_ms')):.3f} ms ({hb:.2f}x)"
+        )
     return "; ".join(parts) or "no reason recorded (no profile in the row)"
+
+
+# A launched forward slower than this multiple of its CUDA-graph replay (the same kernels, no
+# host work between them) spends its time on the host: Python launch overhead, or a busy host.
+HOST_BOUND = 1.15
+
+
+def host_bound(row: Row) -> float | None:
+    """The launched forward's median over its CUDA-graph replay, when above HOST_BOUND (both
+    measured in the final benchmark's job), else None."""
+    ms, cg = _num(row.get("candidate_ms")), _num(row.get("cudagraph_ms"))
+    if ms is None or cg is None or cg <= 0 or not row.get("verified"):
+        return None
+    return ms / cg if ms > HOST_BOUND * cg else None
+
+
+def host_bound_rows(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """Verified kernels whose launched forward is host-bound (`host_bound`), slowest first: the
+    figure the report quotes is the launched one; the replay shows what the GPU work takes."""
+    out = []
+    for r in rows:
+        x = host_bound(r)
+        if x is not None:
+            out.append(
+                {
+                    "task": r.get("task"),
+                    "candidate_ms": _num(r.get("candidate_ms")),
+                    "cudagraph_ms": _num(r.get("cudagraph_ms")),
+                    "stage_ms": _num(r.get("stage_ms")),
+                    "ratio": round(x, 3),
+                }
+            )
+    return sorted(out, key=lambda d: -d["ratio"])
 
 
 def stage_timed(row: Row) -> bool:
@@ -344,6 +382,7 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
         "degenerate": [{"task": t, "flags": f} for t, f in flagged.items()],
         "slow_vs_eager": slow_vs_eager(rows),
         "stage_timed": [str(r.get("task")) for r in rows if r.get("verified") and stage_timed(r)],
+        "host_bound": host_bound_rows(rows),
     }
 
 

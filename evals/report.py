@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.metrics import (
+    HOST_BOUND,
     P_VALUES,
     SLOW_VS_EAGER,
     SPEEDUP_KEYS,
@@ -513,6 +514,20 @@ def render_markdown(
     slow = metrics.get("slow_vs_eager") or []
     lines += [f"## Slower than {SLOW_VS_EAGER:g}x of eager", ""]
     lines += [f"- {x['task']}: {x['speedup_vs_eager']:.2f}x: {x['reason']}" for x in slow] or ["None."]
+    lines += [""]
+
+    hb = metrics.get("host_bound") or []
+    lines += [f"## Host-bound forwards (launched over CUDA-graph replay above {HOST_BOUND:g}x)", ""]
+    if hb:
+        lines += ["The quoted figure is the launched forward's; the replay runs the same kernels with "
+                  "no host work between them (Python launch overhead, or a host busy with other jobs).", ""]  # fmt: skip
+        lines += _table(
+            ["task", "launched ms", "graph replay ms", "stage ms", "launched / replay"],
+            [[str(d["task"]), _fmt(d["candidate_ms"], ".3f"), _fmt(d["cudagraph_ms"], ".3f"),
+              _fmt(d["stage_ms"], ".3f"), f"{d['ratio']:.2f}x"] for d in hb],
+        )  # fmt: skip
+    else:
+        lines += ["None."]
     lines += [""]
 
     lines += ["## Stage ablation (geomean speedup vs eager after each stage)", ""]

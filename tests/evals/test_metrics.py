@@ -276,3 +276,26 @@ def test_roofline_fraction_per_bottleneck_names_memory_bound_kernels_below_the_b
     assert s["roofline_by_bottleneck"]["compute"]["below_0.8"] == ["gemm"]
     md = render_markdown(rows, compute_metrics(rows), {})
     assert "- memory-bound: median 0.60 (n=3); below 0.8: pool, norm" in md
+
+
+def test_host_bound_forwards_are_listed_with_their_graph_replay() -> None:
+    """H200 suite run (2026-12-06): a conv + pool head launched at 0.591 ms whose kernels replay
+    as a CUDA graph in 0.234 ms; the report names it and the replay figure, and a slow task's
+    reason says it is host-bound. 1.1x apart, or no replay measured, is not listed."""
+    from evals.report import render_markdown
+
+    rows = [
+        row("head", True, 0.55, candidate_ms=0.591, cudagraph_ms=0.234, stage_ms=0.298),
+        row("close", True, 1.2, candidate_ms=0.33, cudagraph_ms=0.30),
+        row("noreplay", True, 1.2, candidate_ms=0.33),
+        row("unverified", False, None, candidate_ms=0.9, cudagraph_ms=0.1),
+    ]
+    m = compute_metrics(rows)
+    assert [d["task"] for d in m["host_bound"]] == ["head"]
+    assert m["host_bound"][0]["ratio"] == pytest.approx(0.591 / 0.234, abs=1e-3)
+    assert "host-bound: launched 0.591 ms" in m["slow_vs_eager"][0]["reason"]
+    md = render_markdown(rows, m, {})
+    sec = md.split("## Host-bound forwards", 1)[1].split("\n## ", 1)[0]
+    assert "| head | 0.591 | 0.234 | 0.298 | 2.53x |" in sec and "close" not in sec
+    quiet = render_markdown(rows[1:3], compute_metrics(rows[1:3]), {})
+    assert quiet.split("## Host-bound forwards", 1)[1].split("\n## ", 1)[0].strip().endswith("None.")
