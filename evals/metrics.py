@@ -238,7 +238,11 @@ def degenerate_flags(row: Row) -> list[str]:
         flags.append(
             f"final benchmark {final:.3f} ms against the stage's {stage:.3f} ms for the same kernel "
             f"({final / stage - 1.0:+.0%}): its time did not reproduce in another process "
-            "(a library's algorithm choice?)"
+            + (
+                f"(host-bound there: its kernels replay as a CUDA graph in {_num(row.get('cudagraph_ms')):.3f} ms)"
+                if final > stage and host_bound(row) is not None
+                else "(a library's algorithm choice?)"
+            )
         )
     spd = _num(row.get("speedup_vs_eager"))
     if row.get("verified") is True and spd is not None and spd > IMPLAUSIBLE_SPEEDUP:

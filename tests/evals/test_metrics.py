@@ -299,3 +299,11 @@ def test_host_bound_forwards_are_listed_with_their_graph_replay() -> None:
     assert "| head | 0.591 | 0.234 | 0.298 | 2.53x |" in sec and "close" not in sec
     quiet = render_markdown(rows[1:3], compute_metrics(rows[1:3]), {})
     assert quiet.split("## Host-bound forwards", 1)[1].split("\n## ", 1)[0].strip().endswith("None.")
+
+
+def test_a_final_benchmark_slowed_by_the_host_says_so() -> None:
+    """cv05 on the H200: stage 0.376 ms, final 0.565 ms, its replay 0.370 ms in the final job."""
+    flags = degenerate_flags(row("cv05", True, 0.85, candidate_ms=0.565, stage_ms=0.376, cudagraph_ms=0.370))
+    assert len(flags) == 1 and "host-bound there" in flags[0] and "0.370 ms" in flags[0]
+    lib = degenerate_flags(row("lib", True, 0.75, candidate_ms=6.36, stage_ms=4.83, cudagraph_ms=6.3))
+    assert "a library's algorithm choice?" in lib[0]
