@@ -347,7 +347,7 @@ def _epilogue(plan: ConvPlan, acc: str, row: str, col: str, mask: str) -> tuple[
     return lines + body, last or acc
 
 
-_PER_DIM = ("IN", "OUT", "J", "PH", "OS", "IS", "KN", "KF", "KSTEP", "KFULL", "OFF0", "OFFSTEP")
+_PER_DIM = ("IN", "OUT", "J", "PH", "OS", "IS", "KN", "KF", "KSTEP", "KFULL", "OFF0", "OFFSTEP", "PAD", "DIL")
 # Arguments that change from one stride-phase launch to the next: not specialized, so the phases
 # of a transposed conv share one compiled kernel.
 _PHASE_ARGS = ("J", "PH", "KN", "KF", "OFF0")
@@ -387,6 +387,8 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
             *(["wl_ptr"] if bsplit else []),
             "out_ptr",
             "bias_ptr",
+            "NB",
+            "NGROUPS",
             "M",
             "P_OUT",
             "CPG",
@@ -412,12 +414,40 @@ def _igemm_kernel(plan: ConvPlan, flatk: bool, precision: str | None) -> tuple[s
         "BLOCK_N",
         "BLOCK_K",
         "GROUP_M",
+        "PHASED",
     ]
+    # PHASED: every stride phase of a transposed conv in one launch (grid axis 1 = phase x group).
+    # Each program derives its phase's J, PH, KN, KF and OFF0 from the phase index as
+    # _conv_geometry does (the first tap k < min(KSTEP, KFULL) whose input offset the stride
+    # divides); M is the largest phase's rows (the tile order), a smaller phase's extra row tiles
+    # are masked off, and a phase that reads no tap writes bias and epilogue only.
+    phase = [
+        "    g = tl.program_id(1) % NGROUPS",
+        "    q = tl.program_id(1) // NGROUPS",
+    ]
+    for X in reversed(U):
+        x = X.lower()
+        phase += [
+            f"    PH_{X} = q % OS_{X}",
+            f"    q = q // OS_{X}",
+            f"    J_{X} = (OUT_{X} - PH_{X} + OS_{X} - 1) // OS_{X}",
+            f"    kf_{x} = PH_{X} * 0 - 1",
+            f"    for k_{x} in range(0, tl.minimum(KSTEP_{X}, KFULL_{X})):",
+            f"        kf_{x} = tl.where((kf_{x} < 0) & ((PH_{X} + PAD_{X} - k_{x} * DIL_{X}) % OS_{X} == 0), k_{x}, kf_{x})",
+            f"    KN_{X} = tl.where(kf_{x} >= 0, (KFULL_{X} - kf_{x} + KSTEP_{X} - 1) // KSTEP_{X}, 0)",
+            f"    KF_{X} = tl.maximum(kf_{x}, 0)",
+            f"    OFF0_{X} = tl.where(kf_{x} >= 0, (PH_{X} + PAD_{X} - KF_{X} * DIL_{X}) // OS_{X}, 0)",
+        ]
+    phase.append("    M_PH = NB * " + " * ".join(f"J_{X}" for X in U))
     L = [
         "pid = tl.program_id(0)",
-        "g = tl.program_id(1)",
+        "if PHASED:",
+        *phase,
+        "else:",
+        "    g = tl.program_id(1)",
+        "    M_PH = M",
         *grouped_tiles("CPO"),  # the weights of the group are the B operand
-        "m_ok = rm < M",
+        "m_ok = rm < M_PH",
         "n_ok = rn < CPO",
         f"w_base = w_ptr + {w_group}",
         *([f"wl_base = wl_ptr + {w_group}"] if bsplit else []),
@@ -729,6 +759,18 @@ def _conv_leaf(t, out):
     if not ok:
         e = e.contiguous()
     return e, e.stride(0), e.stride(1), 1
+
+
+def _phase_dims(xs, outs, ks, s, pl, dl):
+    """The per-dim arguments of the one launch of all stride phases (PHASED): the kernel derives
+    each phase's J, PH, KN, KF and OFF0 from its index (passed as 0 here), as _conv_geometry does."""
+    import math
+
+    dims = []
+    for i in range(len(ks)):
+        step = s[i] // math.gcd(dl[i], s[i])
+        dims += [xs[i], outs[i], 0, 0, s[i], 1, 0, 0, step, ks[i], 0, -(step * dl[i]) // s[i], pl[i], dl[i]]
+    return dims
 '''
 
 
@@ -832,18 +874,32 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             ]
         else:
             L += ["    xk, xsn, xsc, xsp = x, x.stride(0), x.stride(1), 1"]
+        call = (
+            f"conv_igemm_kernel[grid](xk, wp, {'wl, ' if bsplit else ''}out, b, nb, G, m, p_out, cpg, cpo, xsn, "
+            f"xsc, xsp, out.stride(0), out.stride(1), out.stride(-1), *dims{epi}, HAS_BIAS=has_bias, "
+            "POINTWISE=pointwise, FOLD_N=fold, "
+            f"EVEN_C=(cpg % bk == 0), CL={cl}, RNA=rna, BLOCK_M={bm}, BLOCK_N=bn, BLOCK_K=bk, GROUP_M={gm}, "
+            "PHASED=phased, "
+            f"num_warps={warps}, num_stages={stages})"
+        )
         L += [
-            "    for ph in launches:",
+            # the stride phases of a transposed conv in one launch, when every dim has all its
+            # phases (outputs at least the stride) and the rows and the grid fit
+            "    phased = fold and len(launches) > 1 and len(launches) == math.prod(s)",
+            "    if phased:",
+            "        m = nb * math.prod(-(-o // st) for o, st in zip(outs, s))",
+            "        phased = m < 2**31 and G * len(launches) <= 65535",
+            "    if phased:",
+            "        dims = _phase_dims(xs, outs, ks, s, pl, dl)",
+            f"        grid = (triton.cdiv(m, {bm}) * triton.cdiv(cpo, bn), G * len(launches), 1)",
+            f"        {call}",
+            "    for ph in () if phased else launches:",
             "        m = (nb if fold else 1) * math.prod(e[1] for e in ph)",
             "        dims = []",
             "        for i, e in enumerate(ph):",
-            "            dims += [xs[i], outs[i], e[1], e[0], e[2], e[3], e[4], e[5], e[6], ks[i], e[7], e[8]]",
+            "            dims += [xs[i], outs[i], e[1], e[0], e[2], e[3], e[4], e[5], e[6], ks[i], e[7], e[8], pl[i], dl[i]]",
             f"        grid = (triton.cdiv(m, {bm}) * triton.cdiv(cpo, bn), G, 1 if fold else nb)",
-            f"        conv_igemm_kernel[grid](xk, wp, {'wl, ' if bsplit else ''}out, b, m, p_out, cpg, cpo, xsn, xsc, xsp, "
-            f"out.stride(0), out.stride(1), out.stride(-1), *dims{epi}, HAS_BIAS=has_bias, POINTWISE=pointwise, "
-            "FOLD_N=fold, "
-            f"EVEN_C=(cpg % bk == 0), CL={cl}, RNA=rna, BLOCK_M={bm}, BLOCK_N=bn, BLOCK_K=bk, GROUP_M={gm}, "
-            f"num_warps={warps}, num_stages={stages})",
+            f"        {call}",
         ]
     L.append("    return out.squeeze(0) if unbatched else out")
     return "\n".join(L) + "\n"
