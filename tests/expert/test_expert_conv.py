@@ -131,6 +131,9 @@ GEOMETRY_CASES = {
         "self.c(x)",
         "2, 16, 5, 6",
     ),
+    # 47 input channels, one group: the TF32 seed's channels-last copy is padded to 48
+    "c47_padded": ("self.c = nn.Conv2d(47, 24, 3, padding=1)", "self.c(x)", "2, 47, 6, 7"),
+    "t47_padded": ("self.c = nn.ConvTranspose2d(47, 20, 3)", "self.c(x)", "2, 47, 5, 6"),
     # an output row shorter than the stride: phases without rows, so one launch per phase
     "t2_rows_below_stride": (
         "self.c = nn.ConvTranspose2d(16, 18, 2, stride=4)",
@@ -377,3 +380,28 @@ def test_refinement_matches_the_references_tf32_convolution(cdescs, cseeds):
     assert 'input_precision="tf32"' in r.source
     again = code.write(request(cdescs["cv01"], mode="refine", best=_best(r, r.params)))
     assert again.source is None
+
+
+def test_odd_channels_are_padded_to_whole_16_byte_runs(cseeds):
+    """47 input channels (KernelBench's ragged conv shapes): the TF32 seed's channels-last input
+    and weights get a zero 48th channel, so its implicit GEMM loads both operands with 16-byte
+    async copies; the same seed without the padding loads 4 bytes at a time. Padding is only
+    where it adds at most a quarter (the launcher's condition and the defaults' agree)."""
+    from nodes.expert.families.conv import _PAD_CHANNELS, _pad_channels
+
+    for c in range(16, 300):
+        assert _pad_channels(c) == bool(eval(_PAD_CHANNELS, {}, {"cpg": c})), c  # noqa: S307
+    assert _pad_channels(47) and _pad_channels(70) and not _pad_channels(19) and not _pad_channels(48)
+    for name in ("geo_c47_padded", "geo_t47_padded"):
+        (seed,) = [r for r in cseeds[name] if r.params.get("PRECISION") == "tf32"]
+        assert seed.params["CHANNELS_LAST"], name
+        plain = seed.model_copy(update={"source": seed.source.replace("if G == 1 and cpg % 16", "if False")})
+        assert plain.source != seed.source
+        src = ALL[name][0]
+        jobs = [dict(j, kind="compile") for r in (seed, plain) for j in check_jobs(src, {}, [r])]
+        padded, unpadded = (
+            [k for k in res["kernels"] if k["kernel"] == "conv_igemm_kernel"][0]
+            for res in run_jobs(jobs, interpret=False)
+        )
+        assert padded["cp16"] > 0 and padded["cp4"] == 0, (name, padded)
+        assert unpadded["cp4"] > 0, (name, unpadded)
