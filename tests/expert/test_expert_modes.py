@@ -237,3 +237,47 @@ def test_fix_mismatch_of_a_library_conv_turns_tf32_off_and_keeps_the_layout(desc
     failed2, _ = _mismatch(r)
     r2 = code.write(request(desc, mode="fix", failed=failed2, diagnosis=diag))
     assert r2.source is not None and r2.algorithm != seed.algorithm, r2.origin
+
+
+def test_a_failed_tuning_variant_is_never_repaired_by_another_algorithm(descs):
+    """A tiling variant that overflows shared memory gets smaller tiles, or nothing: never the
+    other algorithms, which the algorithm stage already measured (an H200 attention task's
+    variant was 'repaired' into the ieee algorithm, 67.6 ms against the incumbent's 2.36)."""
+    code = ExpertCode()
+    desc = descs["linear_gelu"]
+    seed = code.write(request(desc, seed_index=0))
+    big = dict(seed.params, BLOCK_M=256, num_stages=4)
+    variant = Candidate(
+        id="t1",
+        source=seed.source,
+        stage="tiling",
+        origin="tune:BLOCK_M=256",
+        family=seed.family,
+        algorithm=seed.algorithm,
+        params=big,
+    )
+    failed = Attempt(
+        candidate=variant,
+        compile=CompileReport(ok=False, error="out of resource: shared memory", error_kind="triton"),
+    )
+    diag = Diagnosis(rule="shared_memory", diagnosis="x", fix_plan="y")
+    recent: list = []
+    algos = set()
+    for i in range(10):
+        r = code.write(
+            request(desc, mode="fix", stage=stage("tiling"), failed=failed, diagnosis=diag, recent=recent)
+        )
+        if r.source is None:
+            break
+        algos.add(r.algorithm)
+        recent.append(_summary(r, 2 + i))
+    assert r.source is None and algos <= {seed.algorithm}, algos
+    # the same failure of an algorithm seed still moves on to another algorithm
+    seed_failed = failed.model_copy(update={"candidate": variant.model_copy(update={"origin": seed.origin})})
+    recent = []
+    for i in range(10):
+        r = code.write(request(desc, mode="fix", failed=seed_failed, diagnosis=diag, recent=recent))
+        if r.source is None or r.algorithm != seed.algorithm:
+            break
+        recent.append(_summary(r, 2 + i))
+    assert r.source is not None and r.algorithm != seed.algorithm
