@@ -13,9 +13,11 @@ Algorithms (the seeds):
                        depthwise / tiny groups, where a GEMM tile would be mostly padding
 
 Transposed convolutions are computed as a gather (each output pixel sums the input pixels whose
-scatter lands on it). Outputs are split into stride phases (o = ph + s*j per dim), one launch per
-phase: inside a phase the valid kernel taps are a fixed arithmetic progression, so no masked-out
-tap ever reaches the tensor cores, and the input index is a plain affine function of j.
+scatter lands on it). Outputs are split into stride phases (o = ph + s*j per dim): inside a phase
+the valid kernel taps are a fixed arithmetic progression, so no masked-out tap ever reaches the
+tensor cores, and the input index is a plain affine function of j. All phases share one launch
+(PHASED: each program derives its phase from grid axis 1); a geometry with phases that have no
+output rows launches once per phase.
 
 All geometry (sizes, stride, padding, dilation, groups, output padding) is read at run time from
 the module / call arguments; only the rank, the transposedness and the algorithm are baked in.
@@ -24,7 +26,9 @@ C_out/g, C_in/g): K-major B tiles, which tf32/3xTF32 tensor-core MMAs need (with
 the kernel ran about 2x slower on an H200). The input is gathered from NCHW directly, or from a
 channels-last copy (CHANNELS_LAST, which also writes the output channels-last): channel runs are
 contiguous, so shared memory fills with 16-byte async copies (4-byte ones from NCHW, seen in the
-sm_90 PTX) and the output tile is stored in 16-byte vectors.
+sm_90 PTX) and the output tile is stored in 16-byte vectors. With one group, channels that are
+not a multiple of 16 (47) are padded with zeros in that copy and in the weights where that adds
+at most a quarter: only a pixel stride divisible by 16 lets Triton prove 16-byte runs.
 
 Precision (PRECISION, shown in the candidate's params): the first GEMM seed is TF32 with
 channels-last operands, as PyTorch's own fp32 convolutions are TF32 (cuDNN,
