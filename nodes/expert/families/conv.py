@@ -357,6 +357,12 @@ def _epilogue(plan: ConvPlan, acc: str, row: str, col: str, mask: str) -> tuple[
 _PAD_CHANNELS = "cpg % 16 and cpg + (-cpg) % 16 <= cpg + cpg // 4"
 
 
+def _cl_copy(plan: ConvPlan, params: dict[str, Any]) -> bool:
+    """Whether an implicit-GEMM candidate's launcher copies its 2-D/3-D input channels-last with
+    to_channels_last (and may pad its channels): the launcher and the helpers it ships agree."""
+    return params["algorithm"] != "direct" and bool(params.get("CHANNELS_LAST")) and plan.nd > 1
+
+
 def _pad_channels(cpg: int) -> bool:
     """_PAD_CHANNELS for the defaults (tests/expert/test_expert_conv.py holds the two equal)."""
     return cpg % 16 != 0 and cpg + (-cpg) % 16 <= cpg + cpg // 4
@@ -862,7 +868,7 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             # (groups, taps, C_out/g, C_in/g): K-major B tiles, what tf32 tensor-core MMAs read.
             f"    wp = w.reshape{shape}.permute{perm}.contiguous()",
         ]
-        if cl and plan.nd > 1:
+        if _cl_copy(plan, params):
             # A channels-last input of one group gets zero channels up to a multiple of 16 where
             # that adds at most a quarter (47 -> 48): Triton proves 16-byte channel runs, and
             # loads them with 16-byte async copies, only for a pixel stride it knows divisible by
@@ -891,7 +897,7 @@ def _launcher(plan: ConvPlan, params: dict[str, Any], sig: list[str]) -> str:
             f"    bk = min({bk}, max(16, triton.next_power_of_2(kdim)))",
             f"    fold = not pointwise or p_out < {2 * bm} or nb > 65535",
         ]
-        if cl and plan.nd > 1:
+        if _cl_copy(plan, params):
             # Channels-last copy of the input in one Triton pass (with the zero channels above):
             # channel-contiguous A tiles. A tuning option: the copy is not free.
             L += [
@@ -956,7 +962,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: ConvPlan, params: dic
     bsplit = precision == BSPLIT_PRECISION
     if bsplit:
         kernels.append(kernel_source("tf32split.py", "tf32_split_kernel"))
-    cl_copy = algo != "direct" and bool(params.get("CHANNELS_LAST")) and plan.nd > 1
+    cl_copy = _cl_copy(plan, params)
     if cl_copy:
         kernels.append(kernel_source("layout.py", "nchw_to_nhwc_kernel"))
     leaf_exprs = [lf.expr for lf in plan.epilogue.tensor_leaves + plan.epilogue.scalar_leaves]
