@@ -35,6 +35,7 @@ KEYS = (
     "wait_exclusive",
     "wait_memory",
     "time",
+    "time.load",
     "time.setup",
     "time.first_call",
     "time.wait_exclusive",

@@ -145,6 +145,8 @@ def test_compile_report_on_gpu_reads_the_jit_kernels() -> None:
     assert res.payload["phases"]["compile_specs"] < 1.0
     # the kernels were compiled before the GPU lock, on meta tensors (runner.op_precompile)
     assert res.payload["precompiled"]["kernels"] >= 1 and "stopped" not in res.payload["precompiled"]
+    # and their C launchers were built then too (common.build_launcher), not under the lock
+    assert res.payload["precompiled"]["launchers"] == res.payload["precompiled"]["kernels"]
 
 
 @needs_cuda

@@ -44,7 +44,8 @@ def _precompile(candidate_source: str, tmp_path) -> dict:
 
 def test_precompile_reaches_every_launch_on_meta_tensors(tmp_path):
     rep = _precompile((CORPUS / "good" / "relu_good.py").read_text(), tmp_path)
-    assert rep == {"ok": True, "kernels": 1}
+    # no launcher under the interpreter: there is no compiled program to launch
+    assert rep == {"ok": True, "kernels": 1, "launchers": 0}
 
 
 @pytest.mark.parametrize(
@@ -83,3 +84,75 @@ def test_precompile_stops_quietly_where_meta_tensors_cannot_go(tmp_path):
     src = src.replace("        return out\n", "        float(out.sum())\n        return out\n")
     rep = _precompile(src, tmp_path)
     assert rep["ok"] and rep["kernels"] == 1 and rep["stopped"]
+
+
+def _sm90_kernel():
+    """A kernel compiled for sm_90 without a GPU, as the compile-only pass leaves it: built, not
+    loaded (no module, no launcher yet)."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def copy(x, y, n, B: tl.constexpr):
+        o = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(y + o, tl.load(x + o, mask=o < n), mask=o < n)
+
+    sig = {"x": "*fp32", "y": "*fp32", "n": "i32", "B": "constexpr"}
+    return triton.compile(
+        ASTSource(fn=copy, signature=sig, constexprs={"B": 128}), target=GPUTarget("cuda", 90, 32)
+    )
+
+
+class _Driver:
+    """Stands in for Triton's active driver: records the launchers it is asked to build."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.built: list = []
+        self.fail = fail
+
+    def launcher_cls(self, src, metadata):
+        if self.fail:
+            raise AssertionError("libcuda.so cannot found!")  # what a GPU-less host raises
+        self.built.append((src, metadata))
+
+
+def _with_driver(drv, fn):
+    from triton.runtime import driver
+
+    # set_active/reset_active would make the default driver on the way back, and a host without a
+    # GPU has none: the slot is put back as it was instead
+    before = driver._active
+    driver.set_active(drv)
+    try:
+        return fn()
+    finally:
+        driver._active = before
+
+
+def test_precompile_builds_the_launcher_of_a_compiled_kernel(tmp_path, monkeypatch):
+    """The compile-only pass builds each kernel's C launcher (the system compiler's work) before
+    the GPU lock, so the recording call under the lock finds it built."""
+    from tools.worker.common import build_launcher
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    kernel = _sm90_kernel()
+    drv = _Driver()
+    assert _with_driver(drv, lambda: build_launcher(kernel)) == 1
+    assert drv.built == [(kernel.src, kernel.metadata)]
+
+
+def test_launcher_not_built_for_loaded_or_missing_kernels_or_where_it_cannot_be(tmp_path, monkeypatch):
+    from tools.worker.common import build_launcher
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    kernel = _sm90_kernel()
+    drv = _Driver()
+    assert _with_driver(drv, lambda: build_launcher(None)) == 0  # the interpreter compiles nothing
+    loaded = _sm90_kernel()
+    loaded.module = object()  # already loaded by a launch: its launcher exists
+    assert _with_driver(drv, lambda: build_launcher(loaded)) == 0
+    assert drv.built == []
+    # no libcuda (this host): not built here, the first launch builds it as before
+    assert _with_driver(_Driver(fail=True), lambda: build_launcher(kernel)) == 0

@@ -388,7 +388,7 @@ def run_compile(job, runner: Any = None) -> dict[str, Any]:
             "compile_specs": round(time.monotonic() - t_rec, 3),
         }
         if pre:
-            report["precompiled"] = {k: pre[k] for k in ("kernels", "stopped") if k in pre}
+            report["precompiled"] = {k: pre[k] for k in ("kernels", "launchers", "stopped") if k in pre}
         return report
     finally:
         if own:

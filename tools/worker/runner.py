@@ -181,7 +181,7 @@ class Runner:
         from tools.worker.common import compile_only
 
         task = self._task(m.get("overrides") or {})
-        done = 0
+        done = launchers = 0
         try:
             with compile_only() as state, torch.no_grad(), torch.device("meta"):
                 init = task.init_args()
@@ -190,10 +190,10 @@ class Runner:
                 try:
                     model(*inputs)
                 finally:
-                    done = int(state["kernels"])
+                    done, launchers = int(state["kernels"]), int(state["launchers"])
         except (Exception, SystemExit) as e:
-            return {"ok": True, "kernels": done, "stopped": one_line(e)[:300]}
-        return {"ok": True, "kernels": done}
+            return {"ok": True, "kernels": done, "launchers": launchers, "stopped": one_line(e)[:300]}
+        return {"ok": True, "kernels": done, "launchers": launchers}
 
     def op_record(self, m: dict[str, Any]) -> dict[str, Any]:
         """Record the kernels' launches (a GPU step). A failure is the compile report itself."""

@@ -262,11 +262,16 @@ def _time(
     compiled = None
     err0 = 0.0
     weight_seed, input_seed = 1234, 4321
+    # The task's module and its reference model are made on the CPU before the GPU lock (a job
+    # waiting to time waits for every shared holder, so CPU work under it delays all timing).
+    task = load_task(job.task_source, dict(job.size_overrides))
+    init = task.init_args()
+    torch.manual_seed(weight_seed)
+    ref_cpu = task.module.Model(*init)
+    lap("load")
     with locked(False), torch.no_grad():
-        task = load_task(job.task_source, dict(job.size_overrides))
-        init = task.init_args()
-        torch.manual_seed(weight_seed)
-        ref = task.module.Model(*init).cuda().eval()
+        ref = ref_cpu.cuda().eval()
+        del ref_cpu
         inputs = to_device(task.inputs(input_seed, "cuda"), "cuda")
         ref_out = as_outputs(ref(*inputs))
         lap("setup")
