@@ -7,6 +7,11 @@ h @ W_hh^T for its block of hidden units and applies the cell's gate math in reg
 the new hidden state into the output sequence. The hidden state is double-buffered: every program
 reads all of h while others write their part of the next one.
 Gate order is PyTorch's: LSTM (i, f, g, o), GRU (r, z, n).
+
+Every product is 3xTF32 (tf32x3: three TF32 tensor-core products per fp32 one, fp32-level
+accuracy): with fp32 FMAs ("ieee") a two-layer LSTM over 256 steps (batch 128, hidden 512) took
+53.3 ms on an H100 against 20.3 ms as 3xTF32, with the same error against float64 (3.2e-8 and
+2.9e-8 at the classifier's output; cuDNN's LSTM: 12.8 ms).
 """
 
 import torch
@@ -34,7 +39,7 @@ def rnn_linear_kernel(
         w = tl.load(
             w_ptr + rn[None, :] * K + kk[:, None], mask=(rn < N)[None, :] & (kk < K)[:, None], other=0.0
         )
-        acc = tl.dot(a, w, acc, input_precision="ieee")
+        acc = tl.dot(a, w, acc, input_precision="tf32x3")
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm < M)[:, None] & (rn < N)[None, :])
@@ -57,7 +62,7 @@ def _rnn_gate(
             mask=(rj < H)[None, :] & (kk < H)[:, None],
             other=0.0,
         )
-        acc = tl.dot(h, w, acc, input_precision="ieee")
+        acc = tl.dot(h, w, acc, input_precision="tf32x3")
     return acc
 
 
@@ -189,21 +194,21 @@ def recurrent_seq_kernel(
     for s in range(0, T):
         t = T - 1 - s if REVERSE else s
         gx = g0 + t * s_gt
-        a = tl.dot(h, wa, input_precision="ieee") + ba
+        a = tl.dot(h, wa, input_precision="tf32x3") + ba
         if KIND == 0:
             i = _rnn_sigmoid(a + tl.load(gx, mask=m, other=0.0))
-            f = _rnn_sigmoid(tl.dot(h, wb, input_precision="ieee") + bb + tl.load(gx + H, mask=m, other=0.0))
-            g = _rnn_tanh(tl.dot(h, wc, input_precision="ieee") + bc + tl.load(gx + 2 * H, mask=m, other=0.0))
+            f = _rnn_sigmoid(tl.dot(h, wb, input_precision="tf32x3") + bb + tl.load(gx + H, mask=m, other=0.0))
+            g = _rnn_tanh(tl.dot(h, wc, input_precision="tf32x3") + bc + tl.load(gx + 2 * H, mask=m, other=0.0))
             o = _rnn_sigmoid(
-                tl.dot(h, wd, input_precision="ieee") + bd + tl.load(gx + 3 * H, mask=m, other=0.0)
+                tl.dot(h, wd, input_precision="tf32x3") + bd + tl.load(gx + 3 * H, mask=m, other=0.0)
             )
             c = tl.where(m, f * c + i * g, 0.0)
             h = tl.where(m, o * _rnn_tanh(c), 0.0)
         elif KIND == 1:
             r = _rnn_sigmoid(a + tl.load(gx, mask=m, other=0.0))
-            z = _rnn_sigmoid(tl.dot(h, wb, input_precision="ieee") + bb + tl.load(gx + H, mask=m, other=0.0))
+            z = _rnn_sigmoid(tl.dot(h, wb, input_precision="tf32x3") + bb + tl.load(gx + H, mask=m, other=0.0))
             # n = tanh(x W_in + b_in + r * (h W_hn + b_hn)): the hidden part is scaled by r
-            hn = tl.dot(h, wc, input_precision="ieee") + bc
+            hn = tl.dot(h, wc, input_precision="tf32x3") + bc
             n = _rnn_tanh(tl.load(gx + 2 * H, mask=m, other=0.0) + r * hn)
             h = tl.where(m, (1.0 - z) * n + z * h, 0.0)
         else:
@@ -290,7 +295,8 @@ def launch_recurrent(m, x, hx, step, gates, extra):
                     h_next = torch.empty_like(h)
                     step[grid](
                         gx[t], h, c, w, bias, h_next, out[t, :, d * H :], B, H, out.stride(1),
-                        HAS_BIAS=b_hh is not None, BLOCK_B=bb, BLOCK_H=bh, BLOCK_K=bk, **extra,
+                        HAS_BIAS=b_hh is not None, BLOCK_B=bb, BLOCK_H=bh, BLOCK_K=bk, num_stages=2,
+                        **extra,
                     )  # fmt: skip
                     h = h_next
             h_n[layer * D + d].copy_(h)
