@@ -197,8 +197,12 @@ def recurrent_seq_kernel(
         a = tl.dot(h, wa, input_precision="tf32x3") + ba
         if KIND == 0:
             i = _rnn_sigmoid(a + tl.load(gx, mask=m, other=0.0))
-            f = _rnn_sigmoid(tl.dot(h, wb, input_precision="tf32x3") + bb + tl.load(gx + H, mask=m, other=0.0))
-            g = _rnn_tanh(tl.dot(h, wc, input_precision="tf32x3") + bc + tl.load(gx + 2 * H, mask=m, other=0.0))
+            f = _rnn_sigmoid(
+                tl.dot(h, wb, input_precision="tf32x3") + bb + tl.load(gx + H, mask=m, other=0.0)
+            )
+            g = _rnn_tanh(
+                tl.dot(h, wc, input_precision="tf32x3") + bc + tl.load(gx + 2 * H, mask=m, other=0.0)
+            )
             o = _rnn_sigmoid(
                 tl.dot(h, wd, input_precision="tf32x3") + bd + tl.load(gx + 3 * H, mask=m, other=0.0)
             )
@@ -206,7 +210,9 @@ def recurrent_seq_kernel(
             h = tl.where(m, o * _rnn_tanh(c), 0.0)
         elif KIND == 1:
             r = _rnn_sigmoid(a + tl.load(gx, mask=m, other=0.0))
-            z = _rnn_sigmoid(tl.dot(h, wb, input_precision="tf32x3") + bb + tl.load(gx + H, mask=m, other=0.0))
+            z = _rnn_sigmoid(
+                tl.dot(h, wb, input_precision="tf32x3") + bb + tl.load(gx + H, mask=m, other=0.0)
+            )
             # n = tanh(x W_in + b_in + r * (h W_hn + b_hn)): the hidden part is scaled by r
             hn = tl.dot(h, wc, input_precision="tf32x3") + bc
             n = _rnn_tanh(tl.load(gx + 2 * H, mask=m, other=0.0) + r * hn)
