@@ -126,27 +126,14 @@ def check_rnn() -> None:
         (torch.nn.GRU, 3, rnn.gru_step_kernel, {}),
         (torch.nn.RNN, 1, rnn.rnn_step_kernel, {"RELU": False}),
     ):
-        # registers-resident sequence kernel, then per-step kernels; then the library form
-        # (PyTorch matmuls and rnn_gates_kernel), with and without biases, a ReLU RNN
-        for hidden, library, bias in (
-            (20, False, True),
-            (70, False, True),
-            (20, True, True),
-            (70, True, False),
-        ):
-            kw = {"nonlinearity": "relu"} if cls is torch.nn.RNN and library else {}
-            m = cls(7, hidden, num_layers=2, bidirectional=True, batch_first=True, bias=bias, **kw).eval()
+        for hidden in (20, 70):  # registers-resident sequence kernel, then per-step kernels
+            m = cls(7, hidden, num_layers=2, bidirectional=True, batch_first=True).eval()
             x = torch.randn(3, 5, 7)
             h0 = torch.randn(4, 3, hidden)
             hx = (h0, torch.randn(4, 3, hidden)) if gates == 4 else h0
             with torch.no_grad():
                 want = m(x, hx)
-                if library:
-                    got = rnn.launch_recurrent(
-                        m, x, hx, rnn.rnn_gates_kernel, gates, {"RELU": bool(kw)}, library=True
-                    )
-                else:
-                    got = rnn.launch_recurrent(m, x, hx, step, gates, extra)
+                got = rnn.launch_recurrent(m, x, hx, step, gates, extra)
             close(got[0], want[0], 1e-4)
             if gates == 4:
                 close(got[1][0], want[1][0], 1e-4)

@@ -26,8 +26,6 @@ KERNELS = kernel_source(
     "gru_step_kernel",
     "rnn_step_kernel",
     "recurrent_seq_kernel",
-    "_rnn_hpart",
-    "rnn_gates_kernel",
 )
 LAUNCH = kernel_source("rnn.py", "_rnn_linear", "launch_recurrent")
 
@@ -69,24 +67,13 @@ def match(view: GraphView) -> RnnPlan | None:
     return RnnPlan(op=n.op, module=f"self.{n.target}", x=x, hx=hx, relu=relu)
 
 
-TRITON = "projection-gemm+fused-steps"
-# Both products as PyTorch matmuls (cuBLAS fp32, as PyTorch's own recurrent layers compute them),
-# the cell math of each step one Triton kernel: the mixed policy only. On an H100 the all-Triton
-# form of a two-layer LSTM (batch 128, hidden 512, 256 steps) took 23.2 ms, 38.7 us a step for
-# its fused GEMM + cell kernel, against cuDNN's 12.8 ms in all.
-LIBRARY = "library-gemm+fused-gates"
-
-
 def algorithms(plan: RnnPlan) -> list[str]:
-    return [TRITON, LIBRARY]
+    return ["projection-gemm+fused-steps"]
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: RnnPlan, params: dict[str, Any]) -> str:
     step, gates = RNN_OPS[plan.op]
-    algorithm = params.get("algorithm", TRITON)
     extra = f"{{'RELU': {plan.relu}}}" if plan.op == "rnn" else "{}"
-    if algorithm == LIBRARY:
-        step, extra = "rnn_gates_kernel", extra + ", library=True"
     call = f"return launch_recurrent({plan.module}, {plan.x}, {plan.hx}, {step}, {gates}, {extra})"
-    doc = f"EGG expert: rnn family ({plan.op}), algorithm {algorithm}."
+    doc = f"EGG expert: rnn family ({plan.op}), algorithm projection-gemm+fused-steps."
     return assemble(desc, KERNELS, LAUNCH, call, doc)

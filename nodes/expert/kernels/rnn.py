@@ -228,62 +228,6 @@ def recurrent_seq_kernel(
     tl.store(cn_ptr + off, c, mask=m)
 
 
-@triton.jit
-def _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, gate, HAS_BIAS: tl.constexpr):
-    # one gate's hidden part: (h @ W_hh^T)[:, gate] (the library product) + b_hh[gate]
-    a = tl.load(hp_ptr + row + gate * H, mask=m, other=0.0)
-    if HAS_BIAS:
-        a += tl.load(b_ptr + gate * H + rj, mask=rj < H, other=0.0)[None, :]
-    return a
-
-
-@triton.jit
-def rnn_gates_kernel(
-    gx_ptr, hp_ptr, b_ptr, h_ptr, c_ptr, hn_ptr, out_ptr, B, H, s_ob, KIND: tl.constexpr,
-    RELU: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr,
-):  # fmt: skip
-    # One time step's cell math, given both products: gx = x W_ih^T + b_ih and hp = h W_hh^T
-    # (B, NG*H each). KIND 0: LSTM (i, f, g, o; c updated in place), 1: GRU (r, z, n), 2: RNN.
-    NG: tl.constexpr = 4 if KIND == 0 else (3 if KIND == 1 else 1)
-    rb = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
-    rj = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
-    m = (rb < B)[:, None] & (rj < H)[None, :]
-    row = rb[:, None] * (NG * H) + rj[None, :]
-    off = rb[:, None] * H + rj[None, :]
-    a = tl.load(gx_ptr + row, mask=m, other=0.0) + _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, 0, HAS_BIAS)
-    if KIND == 0:
-        f = _rnn_sigmoid(
-            tl.load(gx_ptr + row + H, mask=m, other=0.0)
-            + _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, 1, HAS_BIAS)
-        )
-        g = _rnn_tanh(
-            tl.load(gx_ptr + row + 2 * H, mask=m, other=0.0)
-            + _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, 2, HAS_BIAS)
-        )
-        o = _rnn_sigmoid(
-            tl.load(gx_ptr + row + 3 * H, mask=m, other=0.0)
-            + _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, 3, HAS_BIAS)
-        )
-        c = f * tl.load(c_ptr + off, mask=m, other=0.0) + _rnn_sigmoid(a) * g
-        tl.store(c_ptr + off, c, mask=m)
-        h = o * _rnn_tanh(c)
-    elif KIND == 1:
-        z = _rnn_sigmoid(
-            tl.load(gx_ptr + row + H, mask=m, other=0.0)
-            + _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, 1, HAS_BIAS)
-        )
-        # n = tanh(x W_in + b_in + r * (h W_hn + b_hn)): the hidden part is scaled by r
-        n = _rnn_tanh(
-            tl.load(gx_ptr + row + 2 * H, mask=m, other=0.0)
-            + _rnn_sigmoid(a) * _rnn_hpart(hp_ptr, b_ptr, row, rj, m, H, 2, HAS_BIAS)
-        )
-        h = (1.0 - z) * n + z * tl.load(h_ptr + off, mask=m, other=0.0)
-    else:
-        h = tl.maximum(a, 0.0) if RELU else _rnn_tanh(a)
-    tl.store(hn_ptr + off, h, mask=m)
-    tl.store(out_ptr + rb[:, None] * s_ob + rj[None, :], h, mask=m)
-
-
 def _rnn_linear(x2, w, b):
     M, K = x2.shape
     N = w.shape[0]
@@ -297,11 +241,9 @@ def _rnn_linear(x2, w, b):
     return y
 
 
-def launch_recurrent(m, x, hx, step, gates, extra, library=False):
+def launch_recurrent(m, x, hx, step, gates, extra):
     """Run recurrent module `m` (LSTM: gates 4, GRU: 3, RNN: 1) on x with initial state hx
-    (None, h0, or (h0, c0) for an LSTM); returns what the module returns. library: both products
-    (the input projection, and h @ W_hh^T at each step) are PyTorch matmuls (cuBLAS, fp32 as
-    PyTorch's own LSTM; the mixed policy) and `step` is rnn_gates_kernel, the cell math."""
+    (None, h0, or (h0, c0) for an LSTM); returns what the module returns."""
     lstm = gates == 4
     kind = {4: 0, 3: 1, 1: 2}[gates]
     relu = bool(extra.get("RELU", False))
@@ -338,27 +280,12 @@ def launch_recurrent(m, x, hx, step, gates, extra, library=False):
             w_ih, w_hh = getattr(m, "weight_ih" + sfx), getattr(m, "weight_hh" + sfx)
             b_ih = getattr(m, "bias_ih" + sfx) if m.bias else None
             b_hh = getattr(m, "bias_hh" + sfx) if m.bias else None
-            x2 = layer_in.reshape(T * B, layer_in.shape[2])
-            if library:
-                gx = torch.mm(x2, w_ih.t()) if b_ih is None else torch.addmm(b_ih, x2, w_ih.t())
-                gx = gx.view(T, B, gates * H)
-            else:
-                gx = _rnn_linear(x2, w_ih, b_ih).view(T, B, gates * H)
+            gx = _rnn_linear(layer_in.reshape(T * B, layer_in.shape[2]), w_ih, b_ih).view(T, B, gates * H)
             h = h0[layer * D + d].contiguous().float()
             c = c0[layer * D + d].contiguous().float().clone()
             w = w_hh.contiguous()
             bias = w if b_hh is None else b_hh.contiguous()
-            if library:
-                wt = w.t()
-                for s in range(T):
-                    t = T - 1 - s if d else s
-                    h_next = torch.empty_like(h)
-                    step[(triton.cdiv(H, 64), triton.cdiv(B, bb))](
-                        gx[t], torch.mm(h, wt), bias, h, c, h_next, out[t, :, d * H :], B, H, out.stride(1),
-                        KIND=kind, RELU=relu, HAS_BIAS=b_hh is not None, BLOCK_B=bb, BLOCK_H=64,
-                    )  # fmt: skip
-                    h = h_next
-            elif H <= 64:
+            if H <= 64:
                 # The state of a block of rows fits in registers: the whole sequence in one
                 # launch per layer and direction; above that, one launch per time step.
                 hh, cc = torch.empty_like(h), torch.empty_like(c)
