@@ -111,6 +111,33 @@ def test_not_offered_for_random_ops_or_few_groups(descs, name):
         assert r.source is None or HOST_PARAM not in r.params, r.origin
 
 
+def test_a_measured_host_bound_forward_of_few_groups_gets_the_graph_replay(descs):
+    """Few groups can still launch many kernels (a recurrent layer: one per time step): where the
+    stage timing measured the call well over its replay, the variant is offered anyway."""
+    seed = ExpertCode().write(request(descs["small"], seed_index=0, n_seeds=4))
+    best = best_from_reply(seed)
+    host = best.model_copy(
+        update={
+            "timing": TimingReport(measured=True, candidate_ms=3.0, cudagraph_ms=1.0, candidate_launches=1024)
+        }
+    )
+    first = _round(descs["small"], host, n=1)[0]
+    assert first.params == {**seed.params, HOST_PARAM: GRAPH_REPLAY}, first.origin
+    assert "1024 kernel launches from Python each call" in first.note
+    assert "a call takes 3.0000 ms, its CUDA-graph replay 1.0000 ms" in first.note
+    # the algorithm stage's refinement replays it first too
+    code = ExpertCode()
+    refine = code.write(request(descs["small"], mode="refine", best=host))
+    assert refine.params.get(HOST_PARAM) == GRAPH_REPLAY, refine.origin
+    # a replay barely faster than the call is no reason
+    busy = best.model_copy(
+        update={
+            "timing": TimingReport(measured=True, candidate_ms=1.1, cudagraph_ms=1.0, candidate_launches=1024)
+        }
+    )
+    assert HOST_PARAM not in _round(descs["small"], busy, n=1)[0].params
+
+
 def test_not_offered_on_the_cpu(descs):
     cpu = descs["net"].model_copy(update={"device": "cpu"})
     seed = ExpertCode().write(request(cpu, seed_index=0, n_seeds=4))
