@@ -67,6 +67,11 @@ def match(view: GraphView) -> RnnPlan | None:
     return RnnPlan(op=n.op, module=f"self.{n.target}", x=x, hx=hx, relu=relu)
 
 
+# The per-step kernel's launch (kernels/rnn.py launch_recurrent; BLOCK_H 0: the launcher narrows
+# it until a step has about 64 programs). Tuned by the tiling and memory stages (spaces.py).
+STEP_PARAMS = ("BLOCK_B", "BLOCK_H", "BLOCK_K", "num_warps", "num_stages")
+
+
 def algorithms(plan: RnnPlan) -> list[str]:
     return ["projection-gemm+fused-steps"]
 
@@ -74,6 +79,7 @@ def algorithms(plan: RnnPlan) -> list[str]:
 def generate(desc: TaskDescription, view: GraphView, plan: RnnPlan, params: dict[str, Any]) -> str:
     step, gates = RNN_OPS[plan.op]
     extra = f"{{'RELU': {plan.relu}}}" if plan.op == "rnn" else "{}"
-    call = f"return launch_recurrent({plan.module}, {plan.x}, {plan.hx}, {step}, {gates}, {extra})"
+    cfg = {k: params[k] for k in STEP_PARAMS if k in params}
+    call = f"return launch_recurrent({plan.module}, {plan.x}, {plan.hx}, {step}, {gates}, {extra}, {cfg!r})"
     doc = f"EGG expert: rnn family ({plan.op}), algorithm projection-gemm+fused-steps."
     return assemble(desc, KERNELS, LAUNCH, call, doc)

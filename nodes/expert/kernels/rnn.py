@@ -241,9 +241,11 @@ def _rnn_linear(x2, w, b):
     return y
 
 
-def launch_recurrent(m, x, hx, step, gates, extra):
+def launch_recurrent(m, x, hx, step, gates, extra, cfg=None):
     """Run recurrent module `m` (LSTM: gates 4, GRU: 3, RNN: 1) on x with initial state hx
-    (None, h0, or (h0, c0) for an LSTM); returns what the module returns."""
+    (None, h0, or (h0, c0) for an LSTM); returns what the module returns. cfg: the step kernel's
+    BLOCK_B, BLOCK_H (0: chosen here), BLOCK_K, num_warps, num_stages."""
+    cfg = {"BLOCK_B": 16, "BLOCK_H": 0, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2, **(cfg or {})}
     lstm = gates == 4
     kind = {4: 0, 3: 1, 1: 2}[gates]
     relu = bool(extra.get("RELU", False))
@@ -266,9 +268,14 @@ def launch_recurrent(m, x, hx, step, gates, extra):
         h0, c0 = hx, hx
     if unbatched and hx is not None:
         h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
-    bb = 16
-    bh = min(64, max(16, triton.next_power_of_2(H)))
-    bk = min(64, max(16, triton.next_power_of_2(H)))
+    bb = cfg["BLOCK_B"]
+    bh = cfg["BLOCK_H"] or min(64, max(16, triton.next_power_of_2(H)))
+    if not cfg["BLOCK_H"]:
+        # every step is one launch: narrower blocks of hidden units until the step has about 64
+        # programs (a batch of 10 at hidden 256 would otherwise run on 4 of the GPU's SMs)
+        while bh > 16 and triton.cdiv(H, bh) * triton.cdiv(B, bb) < 64:
+            bh //= 2
+    bk = min(cfg["BLOCK_K"], max(16, triton.next_power_of_2(H)))
     grid = (triton.cdiv(H, bh), triton.cdiv(B, bb))
     layer_in = x
     h_n = torch.empty((L * D, B, H), device=x.device, dtype=x.dtype)
@@ -301,8 +308,8 @@ def launch_recurrent(m, x, hx, step, gates, extra):
                     h_next = torch.empty_like(h)
                     step[grid](
                         gx[t], h, c, w, bias, h_next, out[t, :, d * H :], B, H, out.stride(1),
-                        HAS_BIAS=b_hh is not None, BLOCK_B=bb, BLOCK_H=bh, BLOCK_K=bk, num_stages=2,
-                        **extra,
+                        HAS_BIAS=b_hh is not None, BLOCK_B=bb, BLOCK_H=bh, BLOCK_K=bk,
+                        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **extra,
                     )  # fmt: skip
                     h = h_next
             h_n[layer * D + d].copy_(h)
