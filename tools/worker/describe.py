@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -72,9 +74,9 @@ def _meta_run_on(
     flops: float | None = None
     with torch.no_grad():
         try:
-            with FlopCounterMode(display=False) as fc:
+            with flop_counter(model) as counted:
                 out = model(*inputs)
-            flops = float(fc.get_total_flops())
+            flops = counted()
         except Exception:
             # Some ops have no meta kernel; flops then come from the real run.
             out = None
@@ -342,6 +344,62 @@ def degenerate_flags(outputs: list[torch.Tensor], atol: float = 1e-4) -> list[st
     return flags
 
 
+# Gates per step of PyTorch's recurrent layers. FlopCounterMode has no formula for their fused
+# kernels (cuDNN's on a GPU, the CPU's LSTM) and counts such a layer as 0 flops (the profiler then
+# called KernelBench's level-3 LSTMs memory-bound at 0% of the roof); where it counted nothing
+# during a layer's forward, the layer's products are added here.
+_RNN_GATES = ((torch.nn.LSTM, 4), (torch.nn.GRU, 3), (torch.nn.RNN, 1))
+
+
+def rnn_flops(mod: torch.nn.Module, gates: int, x: Any) -> float:
+    """Flops of the products of recurrent layer `mod` (`gates` per step) on input `x`: per layer
+    and direction, every step's input projection and hidden product (multiply-adds x2)."""
+    if isinstance(x, torch.nn.utils.rnn.PackedSequence):
+        rows = x.data.shape[0]  # all the (step, sequence) pairs
+    elif isinstance(x, torch.Tensor) and x.dim() in (2, 3):
+        rows = x.shape[0] if x.dim() == 2 else x.shape[0] * x.shape[1]
+    else:
+        return 0.0
+    h, dirs = mod.hidden_size, 2 if mod.bidirectional else 1
+    out = getattr(mod, "proj_size", 0) or h
+    total = 0.0
+    for layer in range(mod.num_layers):
+        width = mod.input_size if layer == 0 else dirs * out
+        total += dirs * 2.0 * rows * gates * h * (width + out)
+        if out != h:  # an LSTM's projection of each step's hidden state (proj_size)
+            total += dirs * 2.0 * rows * h * out
+    return total
+
+
+@contextlib.contextmanager
+def flop_counter(model: torch.nn.Module) -> Iterator[Callable[[], float]]:
+    """Count a forward's flops: PyTorch's FlopCounterMode, plus the products of any nn.LSTM, GRU
+    or RNN inside `model` that it counted nothing for. Yields a function giving the total."""
+    fc = FlopCounterMode(display=False)
+    extra = [0.0]
+    started: dict[int, float] = {}
+    hooks = []
+
+    def before(mod, args):
+        started[id(mod)] = float(fc.get_total_flops())
+
+    def after(mod, args, _out, gates):
+        if args and float(fc.get_total_flops()) == started.pop(id(mod), None):
+            extra[0] += rnn_flops(mod, gates, args[0])
+
+    for mod in model.modules():
+        gates = next((g for cls, g in _RNN_GATES if isinstance(mod, cls)), None)
+        if gates is not None:
+            hooks.append(mod.register_forward_pre_hook(before))
+            hooks.append(mod.register_forward_hook(lambda m, a, o, g=gates: after(m, a, o, g)))
+    try:
+        with fc:
+            yield lambda: float(fc.get_total_flops()) + extra[0]
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def bytes_and_flops(model: torch.nn.Module, inputs: list[Any], outputs: list[torch.Tensor]) -> float:
     b = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
     b += sum(p.numel() * p.element_size() for p in model.state_dict().values())
@@ -394,9 +452,9 @@ def run_describe(job) -> dict[str, Any]:
         raise task_fault(f"get_inputs() failed: {one_line(e)}", e) from None
     infos = [input_info(x) for x in inputs]
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        with torch.no_grad(), flop_counter(model) as counted:
             out = model(*inputs)
-        flops = float(fc.get_total_flops())
+        flops = counted()
     except (Exception, SystemExit) as e:
         raise task_fault(f"Model.forward failed on get_inputs(): {one_line(e)}", e) from None
     outputs = as_outputs(out)

@@ -299,12 +299,12 @@ def _time(
             del first
             out["candidate_launches"] = int(r.get("launches") or 0)
             lap("first_call")
-        from torch.utils.flop_counter import FlopCounterMode
+        from tools.worker.describe import flop_counter
 
         nbytes = bytes_and_flops(ref, inputs, [])  # reads only: see the module docstring
-        with FlopCounterMode(display=False) as fc:
+        with flop_counter(ref) as counted:
             ref(*inputs)
-        flops = float(fc.get_total_flops())
+        flops = counted()
         torch.cuda.synchronize()
         lap("roofline_bounds")
     cached_compile = cache.get("compile") if benchmark else None
