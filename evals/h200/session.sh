@@ -29,6 +29,7 @@
 #            changed to a smaller non-power of two), all four stages (EGG_STAGES to change);
 #            EGG_LEVELS="1 2 3" (any step of the sample) picks the levels
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
+#   rnn      the suite's LSTM classifier and KernelBench level3/35-42 (LSTM, GRU), all four stages
 #   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
 #   kernels  `session.sh kernels TASK.py ... [--seeds N]`: GPU time per kernel of eager, compile
@@ -38,7 +39,7 @@
 #   tf32     the bsplit GEMM's in-register A split three ways (evals/h200/tf32_probe.py; its
 #            arguments, e.g. --k 65536)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|probe|kernels|membw|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|probe|kernels|membw|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -113,6 +114,15 @@ case "$step" in
   suite)
     timeout -s INT $((budget + 30)) egg eval evals/suites/egg --out "$out" --device cuda --resume \
       --time-box "$budget" --workers "${EGG_WORKERS:-8}" 2> >(tee -a "$out/eval.log" >&2) \
+      || echo "eval stopped (exit $?): rerun this step to resume"
+    python3 -m evals report "$out" || true
+    ;;
+  rnn)
+    # the recurrent layers: the suite's LSTM classifier and KernelBench's level-3 LSTM/GRU tasks
+    # (never in the sample: eight of them, two-layer-plus networks of 512-step sequences)
+    timeout -s INT $((budget + 30)) egg eval evals/suites/egg/cx28_lstm_classifier.py \
+      .kb/KernelBench/level3/3[5-9]_*.py .kb/KernelBench/level3/4[0-2]_*.py --out "$out" --device cuda \
+      --resume --time-box "$budget" --workers "${EGG_WORKERS:-5}" 2> >(tee -a "$out/eval.log" >&2) \
       || echo "eval stopped (exit $?): rerun this step to resume"
     python3 -m evals report "$out" || true
     ;;
