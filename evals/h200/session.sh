@@ -63,7 +63,15 @@ fi
   python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 } | tee -a "$out/machine.txt"
 
-# egg eval over a list of KernelBench paths, stopped cleanly before the call's limit
+# egg eval over the task paths and options given, resumed, stopped cleanly before the call's limit
+step_eval() {
+  timeout -s INT $((budget + 30)) egg eval "$@" --out "$out" --device cuda --resume \
+    --time-box "$budget" 2> >(tee -a "$out/eval.log" >&2) \
+    || echo "eval stopped (exit $?): rerun this step to resume"
+  python3 -m evals report "$out" || true
+}
+
+# step_eval over the KernelBench sample (evals/h200/kb_sample.txt)
 kb_eval() {
   local -a tasks
   # the levels interleaved, so a run cut short still covers all three
@@ -76,10 +84,7 @@ for i in range(max(map(len, levels))):
         if i < len(lv):
             print(".kb/KernelBench/" + lv[i])
 ' evals/h200/kb_sample.txt "${EGG_LEVELS:-1 2 3}")
-  timeout -s INT $((budget + 30)) egg eval "${tasks[@]}" --out "$out" --device cuda --resume \
-    --time-box "$budget" "$@" 2> >(tee -a "$out/eval.log" >&2) \
-    || echo "eval stopped (exit $?): rerun this step to resume"
-  python3 -m evals report "$out" || true
+  step_eval "${tasks[@]}" "$@"
 }
 
 case "$step" in
@@ -112,19 +117,13 @@ case "$step" in
       --stages "${EGG_STAGES:-algorithm,mapping,tiling,memory}"
     ;;
   suite)
-    timeout -s INT $((budget + 30)) egg eval evals/suites/egg --out "$out" --device cuda --resume \
-      --time-box "$budget" --workers "${EGG_WORKERS:-8}" 2> >(tee -a "$out/eval.log" >&2) \
-      || echo "eval stopped (exit $?): rerun this step to resume"
-    python3 -m evals report "$out" || true
+    step_eval evals/suites/egg --workers "${EGG_WORKERS:-8}"
     ;;
   rnn)
     # the recurrent layers: the suite's LSTM classifier and KernelBench's level-3 LSTM/GRU tasks
     # (never in the sample: eight of them, two-layer-plus networks of 512-step sequences)
-    timeout -s INT $((budget + 30)) egg eval evals/suites/egg/cx28_lstm_classifier.py \
-      .kb/KernelBench/level3/3[5-9]_*.py .kb/KernelBench/level3/4[0-2]_*.py --out "$out" --device cuda \
-      --resume --time-box "$budget" --workers "${EGG_WORKERS:-5}" 2> >(tee -a "$out/eval.log" >&2) \
-      || echo "eval stopped (exit $?): rerun this step to resume"
-    python3 -m evals report "$out" || true
+    step_eval evals/suites/egg/cx28_lstm_classifier.py .kb/KernelBench/level3/3[5-9]_*.py \
+      .kb/KernelBench/level3/4[0-2]_*.py --workers "${EGG_WORKERS:-5}"
     ;;
   probe)
     # every seed of the tasks named (paths), the fastest benchmarked beside eager and compile

@@ -470,7 +470,14 @@ def build_launcher(kernel: Any) -> int:
     is loaded onto the GPU). A kernel this cannot prepare (an asynchronous compile, a Triton
     whose internals differ) is simply built at its launch, as before: the reply's count of
     launchers against kernels shows how many were."""
-    if kernel is None or hasattr(kernel, "result") or getattr(kernel, "module", 1) is not None:
+    # not a compiled kernel (the interpreter's None, an asynchronous compile's future), or one
+    # already loaded by a launch (its module is set, its launcher built)
+    if (
+        kernel is None
+        or hasattr(kernel, "result")
+        or not hasattr(kernel, "module")
+        or kernel.module is not None
+    ):
         return 0
     try:
         from triton.runtime import driver

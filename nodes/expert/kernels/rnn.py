@@ -269,10 +269,11 @@ def launch_recurrent(m, x, hx, step, gates, extra, cfg=None):
     if unbatched and hx is not None:
         h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
     bb = cfg["BLOCK_B"]
-    bh = cfg["BLOCK_H"] or min(64, max(16, triton.next_power_of_2(H)))
-    if not cfg["BLOCK_H"]:
+    bh = cfg["BLOCK_H"]
+    if not bh:
         # every step is one launch: narrower blocks of hidden units until the step has about 64
         # programs (a batch of 10 at hidden 256 would otherwise run on 4 of the GPU's SMs)
+        bh = min(64, max(16, triton.next_power_of_2(H)))
         while bh > 16 and triton.cdiv(H, bh) * triton.cdiv(B, bb) < 64:
             bh //= 2
     bk = min(cfg["BLOCK_K"], max(16, triton.next_power_of_2(H)))
