@@ -28,7 +28,16 @@ TAIL_BYTES = 16_000
 
 # Environment variables passed through unchanged. Everything else (in particular *_KEY,
 # *_TOKEN, OPENAI_*, cloud credentials) is dropped.
-_ENV_PASS = ("PATH", "LANG", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR", "CUDA_HOME", "CUDA_PATH", "TZ")
+_ENV_PASS = (
+    "PATH",
+    "LANG",
+    "CUDA_VISIBLE_DEVICES",
+    "TRITON_CACHE_DIR",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "TZ",
+    "EGG_GPU_TRACE",  # the lock's trace switch (tools/worker/gpulock.py); the runner never sees it
+)
 _ENV_PREFIX_PASS = ("LC_",)
 
 

@@ -63,11 +63,22 @@ fi
   python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 } | tee -a "$out/machine.txt"
 
-# egg eval over the task paths and options given, resumed, stopped cleanly before the call's limit
+# egg eval over the task paths and options given, resumed, stopped cleanly before the call's limit;
+# the GPU lock's holds are traced and the host's CPU load sampled meanwhile (evals/h200/locktrace.py):
+# locktrace-<time>.txt is this call's trace, locktrace-<time>.report its summary
 step_eval() {
-  timeout -s INT $((budget + 30)) egg eval "$@" --out "$out" --device cuda --resume \
+  local lock stamp sampler
+  lock=$(python3 -c "from tools.sandbox import sandbox_env; print(sandbox_env('.', 'cuda')['EGG_GPU_LOCK'])")
+  stamp=$(date -u +%H%M%S)
+  rm -f "$lock.trace"
+  python3 -m evals.h200.locktrace sample "$out/cpu-$stamp.txt" & sampler=$!
+  EGG_GPU_TRACE=1 timeout -s INT $((budget + 30)) egg eval "$@" --out "$out" --device cuda --resume \
     --time-box "$budget" 2> >(tee -a "$out/eval.log" >&2) \
     || echo "eval stopped (exit $?): rerun this step to resume"
+  kill "$sampler" 2>/dev/null || true
+  cp "$lock.trace" "$out/locktrace-$stamp.txt" 2>/dev/null || true
+  python3 -m evals.h200.locktrace report "$out/locktrace-$stamp.txt" --cpu "$out/cpu-$stamp.txt" \
+    | tee "$out/locktrace-$stamp.report" || true
   python3 -m evals report "$out" || true
 }
 

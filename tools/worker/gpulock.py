@@ -23,6 +23,12 @@ import time
 from collections.abc import Iterator
 
 LOCK_ENV = "EGG_GPU_LOCK"
+# When set (to anything but "" or "0"), every hold of the lock and of memory shares appends one
+# line to `<lock>.trace`: "<what> <pid> <asked> <got> <released>" (epoch seconds; what is
+# exclusive, shared or mem<units>). `python -m evals.h200.locktrace` turns the lines into the
+# share of a run's wall time the GPU was held, drained for a writer, or free (issue 12's "make
+# the next bottleneck visible"). Off by default: one short append per hold, only when asked.
+TRACE_ENV = "EGG_GPU_TRACE"
 
 # Seconds spent waiting for the lock in this process, by mode (reported by the evaluate job).
 WAITED: dict[str, float] = {"shared": 0.0, "exclusive": 0.0}
@@ -65,6 +71,24 @@ def read_wait_note(path: str, now: float | None = None) -> float:
     return max(0.0, done) + (max(0.0, now - since) if since > 0 else 0.0)
 
 
+def trace_hold(what: str, asked: float, got: float) -> None:
+    """Append one hold of `what` (asked at `asked`, acquired at `got`, released now) to the
+    trace beside the lock, when tracing is on (TRACE_ENV). One write of a short line with
+    O_APPEND, so lines of concurrent workers never interleave."""
+    path = os.environ.get(LOCK_ENV)
+    if not path or os.environ.get(TRACE_ENV, "") in ("", "0"):
+        return
+    line = f"{what} {os.getpid()} {asked:.4f} {got:.4f} {time.time():.4f}\n".encode()
+    try:
+        fd = os.open(path + ".trace", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a diagnostic: never a reason for a job to fail
+
+
 @contextlib.contextmanager
 def waiting(kind: str) -> Iterator[None]:
     """Account the enclosed acquisition as a wait of `kind` (WAITED, the note to the agent)."""
@@ -81,6 +105,7 @@ def waiting(kind: str) -> Iterator[None]:
 # that takes the shared lock for its own GPU work can also run inside a job holding it (a nested
 # acquire would deadlock against a writer waiting in the turnstile).
 _HELD = threading.local()
+_HELD_NAME = {True: "exclusive", False: "shared"}
 
 
 @contextlib.contextmanager
@@ -94,6 +119,7 @@ def gpu_lock(exclusive: bool) -> Iterator[None]:
         return
     turn = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    asked = time.time()
     try:
         with waiting("exclusive" if exclusive else "shared"):
             fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -102,10 +128,12 @@ def gpu_lock(exclusive: bool) -> Iterator[None]:
             finally:
                 fcntl.flock(turn, fcntl.LOCK_UN)
         _HELD.mode = "exclusive" if exclusive else "shared"
+        got = time.time()
         try:
             yield
         finally:
             _HELD.mode = None
+            trace_hold(_HELD_NAME[exclusive], asked, got)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tools.worker.gpulock import LOCK_ENV, waiting
+from tools.worker.gpulock import LOCK_ENV, trace_hold, waiting
 
 # 64 shares of about 2 GiB on an H200: a job that needs a few GiB no longer holds a sixteenth of
 # the GPU (with 16 shares, 16 small jobs filled it while most of its memory stayed unused).
@@ -228,6 +228,7 @@ def gpu_memory(units: int) -> Iterator[None]:
     general_q = os.open(f"{path}.memq", os.O_RDWR | os.O_CREAT, 0o600)
     express_q = os.open(f"{path}.memqx", os.O_RDWR | os.O_CREAT, 0o600)
     held: list[int] = []
+    asked = got = time.time()
     small, huge = units <= EXPRESS_UNITS, units > len(GENERAL)
     own, own_q = (EXPRESS, express_q) if small else (GENERAL, general_q)
     other, other_q = (GENERAL, general_q) if small else (EXPRESS, express_q)
@@ -252,10 +253,13 @@ def gpu_memory(units: int) -> Iterator[None]:
             finally:
                 for q in queues:
                     fcntl.flock(q, fcntl.LOCK_UN)
+        got = time.time()
         yield
     finally:
         for i in held:
             fcntl.flock(fds[i], fcntl.LOCK_UN)
+        if len(held) == units:
+            trace_hold(f"mem{units}", asked, got)
         for fd in (*fds, general_q, express_q):
             os.close(fd)
 
