@@ -67,16 +67,17 @@ fi
 # the GPU lock's holds are traced and the host's CPU load sampled meanwhile (evals/h200/locktrace.py):
 # locktrace-<time>.txt is this call's trace, locktrace-<time>.report its summary
 step_eval() {
-  local lock stamp sampler
-  lock=$(python3 -c "from tools.sandbox import sandbox_env; print(sandbox_env('.', 'cuda')['EGG_GPU_LOCK'])")
+  local tmp stamp sampler
+  # one lock per GPU the eval hands out (tools/sandbox.py: egg-gpu-<uid>-<CUDA_VISIBLE_DEVICES>.lock)
+  tmp=$(python3 -c "import tempfile; print(tempfile.gettempdir())")
   stamp=$(date -u +%H%M%S)
-  rm -f "$lock.trace"
+  rm -f "$tmp"/egg-gpu-*.lock.trace
   python3 -m evals.h200.locktrace sample "$out/cpu-$stamp.txt" & sampler=$!
   EGG_GPU_TRACE=1 timeout -s INT $((budget + 30)) egg eval "$@" --out "$out" --device cuda --resume \
     --time-box "$budget" 2> >(tee -a "$out/eval.log" >&2) \
     || echo "eval stopped (exit $?): rerun this step to resume"
   kill "$sampler" 2>/dev/null || true
-  cp "$lock.trace" "$out/locktrace-$stamp.txt" 2>/dev/null || true
+  cat "$tmp"/egg-gpu-*.lock.trace > "$out/locktrace-$stamp.txt" 2>/dev/null || true
   python3 -m evals.h200.locktrace report "$out/locktrace-$stamp.txt" --cpu "$out/cpu-$stamp.txt" \
     | tee "$out/locktrace-$stamp.report" || true
   python3 -m evals report "$out" || true
