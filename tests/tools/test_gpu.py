@@ -263,8 +263,10 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
     assert screened.get("screened") and "check" not in screened, str(why)[:3000]
     assert screened["gpu"]["memory_units"] == 1 and "measured_units" not in screened["gpu"]
     assert screened["gpu"]["measured_screen_units"] >= 1
+    assert screened["time"]["wall_checked"] is False  # the runner's median only screens
     contender = job(1e6)
     assert contender["check"]["accepted"] and contender["time"]["measured"]
+    assert contender["time"]["wall_checked"] is True  # timed again in full after its check
     assert contender["gpu"]["memory_units"] == 3 and contender["gpu"]["measured_units"] >= 1
     # where the check's memory went: the judge's peak per step, its live bytes during the
     # runner's calls, and the two processes' peaks that the measured shares add up

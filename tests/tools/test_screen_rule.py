@@ -53,7 +53,8 @@ def test_a_noisy_screening_timing_is_retaken_and_the_steadier_decides(monkeypatc
     bar = {"incumbent_ms": 2.3587, "noise": 0.01}
     calls = []
 
-    def fake_timed(job, runner, lap, sub, out):
+    def fake_timed(job, runner, lap, sub, out, wall_check=True):
+        assert wall_check is False  # a screening timing never takes the wall-clock check
         t = [_t(2.0842, 0.274), _t(2.0901, 0.008)][len(calls)]
         calls.append(t)
         out["time"] = t
@@ -69,7 +70,7 @@ def test_a_noisy_screening_timing_is_retaken_and_the_steadier_decides(monkeypatc
     # a steady first timing is never taken twice, whatever it says
     calls.clear()
     out = {}
-    monkeypatch.setattr(evaluate, "_timed", lambda *a: calls.append(1) or _t(2.7286, 0.01))
+    monkeypatch.setattr(evaluate, "_timed", lambda *a, **k: calls.append(1) or _t(2.7286, 0.01))
     assert evaluate._screening_time(None, None, None, None, out, bar)["candidate_ms"] == 2.7286
     assert len(calls) == 1 and "screen_retimed" not in out
 
@@ -79,6 +80,139 @@ def test_a_failed_retake_never_replaces_a_measured_first_timing(monkeypatch):
 
     bar = {"incumbent_ms": 2.3587, "noise": 0.01}
     seq = [_t(2.0842, 0.274), {"measured": False, "reason": "timing.error: x"}]
-    monkeypatch.setattr(evaluate, "_timed", lambda *a: seq.pop(0))
+    monkeypatch.setattr(evaluate, "_timed", lambda *a, **k: seq.pop(0))
     got = evaluate._screening_time(None, None, None, None, {}, bar)
     assert got["candidate_ms"] == 2.0842
+
+
+class _FakeRunner:
+    peak_bytes = 0
+
+    def __init__(self, *a, **k):
+        self.requests: list[str] = []
+
+    def request(self, op, **kw):
+        self.requests.append(op)
+        return {"ok": True}
+
+    def close(self):
+        pass
+
+
+def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
+    """run_evaluate of a screened CUDA job with every GPU step faked: which timings it takes."""
+    import contextlib
+
+    import torch
+
+    from tools.worker import check as check_mod
+    from tools.worker import compile_job, evaluate, judge
+
+    timings: list[bool] = []
+
+    def fake_timed(job, runner, lap, sub, out, wall_check=True):
+        timings.append(wall_check)
+        out["time"] = _t(screen_ms if not wall_check else 1.9, 0.01)
+        return out["time"]
+
+    monkeypatch.setattr(evaluate, "_timed", fake_timed)
+    monkeypatch.setattr(evaluate, "gpu_memory", lambda units: contextlib.nullcontext())
+    monkeypatch.setattr(evaluate, "share_cpu_threads", lambda: None)
+    monkeypatch.setattr(judge, "RunnerProcess", _FakeRunner)
+    monkeypatch.setattr(compile_job, "run_compile", lambda job, runner=None: {"ok": True})
+    monkeypatch.setattr(check_mod, "run_check", lambda job, runner=None: {"accepted": accepted})
+    monkeypatch.setattr(check_mod, "static_rejection", lambda job, t: None)
+    monkeypatch.setattr(compile_job, "syntax_failure", lambda src: None)
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: real_empty(*a, **k))
+
+    class Job:
+        device = "cuda"
+        candidate_source = "x = 1"
+        options = {"screen": {"incumbent_ms": 2.3587, "noise": 0.01}, "memory_units": 2}
+
+    return evaluate.run_evaluate(Job()), timings
+
+
+def test_a_screened_out_candidate_is_timed_once_without_the_wall_check(monkeypatch):
+    out, timings = _screened_job_flow(monkeypatch, screen_ms=2.7)
+    assert timings == [False]
+    assert out["screened"].endswith("not wall-checked") and "check" not in out
+
+
+def test_a_contender_is_timed_again_in_full_after_its_check_and_only_that_timing_is_kept(monkeypatch):
+    out, timings = _screened_job_flow(monkeypatch, screen_ms=1.2)
+    assert timings == [False, True]  # the screen, then the full protocol
+    assert out["time"]["candidate_ms"] == 1.9 and out["screen_time"]["candidate_ms"] == 1.2
+    assert out["check"]["accepted"] is True and "screened" not in out
+    # a contender the check rejects is never timed again
+    out, timings = _screened_job_flow(monkeypatch, screen_ms=1.2, accepted=False)
+    assert timings == [False] and "time" not in out
+
+
+class _TimingRunner(_FakeRunner):
+    pid = 0
+
+    def load(self, job):
+        self.requests.append("load")
+        return None
+
+    def request(self, op, **kw):
+        self.requests.append((op, kw.get("cudagraph")) if op == "time" else op)
+        if op == "time":
+            return {"ok": True, "median": 0.5, "p20": 0.49, "p80": 0.52, "launches": 3}
+        return {"ok": True, "launches": 3}
+
+
+def _time_job(monkeypatch, eager_cached: bool, wall_check: bool):
+    from tools.worker import timing
+    from tools.worker.gpulock import gpu_lock
+    from tools.worker.judge import RunnerFailure
+
+    class Cache:
+        def __init__(self, *a):
+            pass
+
+        def get(self, what):
+            if what == "eager" and eager_cached:
+                return {"median": 1.0, "p20": 0.9, "p80": 1.1, "measured_at": "then"}
+            return None
+
+        def put(self, what, value):
+            pass
+
+    class Loaded(Exception):
+        pass
+
+    def no_reference(*a, **k):
+        raise Loaded("the reference was made")
+
+    monkeypatch.setattr(timing, "BaselineCache", Cache)
+    monkeypatch.setattr(timing, "load_task", no_reference)
+    monkeypatch.setattr(timing, "environment", lambda: {})
+
+    class Job:
+        options: dict = {}
+        size_overrides: dict = {}
+        task_source = "the task"
+
+    runner = _TimingRunner()
+    try:
+        out = timing._time(Job(), False, runner, False, 0.0, gpu_lock, None, RunnerFailure, wall_check)
+    except Loaded:
+        return None, runner.requests
+    return out, runner.requests
+
+
+def test_a_screening_timing_runs_no_reference_and_no_graph_probe(monkeypatch):
+    out, requests = _time_job(monkeypatch, eager_cached=True, wall_check=False)
+    assert out is not None, "the screening timing made the reference"
+    assert requests == ["load", "build", "call", ("time", False)]
+    assert out["measured"] and out["candidate_ms"] == 0.5 and out["wall_checked"] is False
+    assert out["eager_ms"] == 1.0 and "sol_ms" not in out and out["candidate_launches"] == 3
+    assert {"first_call", "wait_exclusive", "bench_candidate"} <= set(out["phases"])
+    # without a cached eager time, or for a kept timing, the full protocol runs (the reference)
+    assert _time_job(monkeypatch, eager_cached=False, wall_check=False)[0] is None
+    assert _time_job(monkeypatch, eager_cached=True, wall_check=True)[0] is None
