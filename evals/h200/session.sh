@@ -60,6 +60,8 @@ fi
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  # the host too: two H100 hosts of one sitting differed by half in CPU-bound phases
+  lscpu 2>/dev/null | grep -E "^Model name|^CPU\(s\)" | tr -s ' ' || true
   python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 } | tee -a "$out/machine.txt"
 

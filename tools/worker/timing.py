@@ -352,6 +352,12 @@ def _time(
             out.update(_claim(c, med), candidate_launches=int(c.get("launches") or 0))
             if c.get("cudagraph_ms") is not None:
                 out["cudagraph_ms"] = _positive(c.get("cudagraph_ms"))
+            if out["noise"] > NOISY_TIMING:
+                try:
+                    again = runner.request("time", cudagraph=False, **kw)
+                except RunnerFailure as f:
+                    return refuse(f.rule, f.message)
+                med = steadier(out, again, med)
             lap("bench_candidate")
             out["wall_checked"] = wall_check
             verdict = _wall_check(task, ref, runner, med, err0, out, RunnerFailure) if wall_check else None
@@ -628,6 +634,31 @@ def recheck(time_again, wall_again, med: float, out: dict[str, Any]) -> tuple[st
         wall_ms=wall,
     )
     return None
+
+
+# A kept timing whose spread ((p80 - p20) / median) is above this is taken once more in the same
+# exclusive section, and the steadier of the two stands. On the H100 (2026-12-06, call 3 of the
+# suite) 7 of 23 final benchmarks spread over 10% on a jittery host: one kernel's median read
+# 0.166 ms against its p20 of 0.096 and its CUDA-graph replay of 0.095 (the same file measured
+# 0.096 ms with a 1% spread on another host); none of 26 did on the host before.
+NOISY_TIMING = 0.10
+
+
+def steadier(out: dict[str, Any], again: dict[str, Any], med: float) -> float:
+    """After a timing too noisy to trust (`out`, median `med`): keep the steadier of it and the
+    retake `again` (a failed or unusable retake keeps the first). Both are recorded in
+    out["noisy_retake"]; returns the median that stands, for the wall check."""
+    med2 = _positive(again.get("median")) if again.get("ok") else None
+    first = {"candidate_ms": med, "noise": out["noise"]}
+    if med2 is None:
+        out["noisy_retake"] = [first, {"error": str(again.get("error") or "no usable median")[:200]}]
+        return med
+    second = _claim(again, med2)
+    out["noisy_retake"] = [first, {"candidate_ms": med2, "noise": second["noise"]}]
+    if second["noise"] < out["noise"]:
+        out.update(second)
+        return med2
+    return med
 
 
 def _claim(c: dict[str, Any], med: float) -> dict[str, float]:
