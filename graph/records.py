@@ -242,6 +242,9 @@ class TimingReport(Record):
     # the candidate's median stayed unconfirmed twice by a small margin; then claimed_ms is it)
     timed_by: str | None = None
     claimed_ms: float | None = None
+    # the final benchmark's first median, when it was more than 10% from the stage's timing of
+    # the same kernel and the benchmark was taken again (nodes/lifecycle.py; the second stands)
+    first_benchmark_ms: float | None = None
     cudagraph_ms: float | None = None
     # Host CPUs busy (0-1) during the timed section, and the timing processes' priority there
     # (tools/worker/timing.py timing_priority): a host-bound forward's median depends on both.

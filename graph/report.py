@@ -34,6 +34,8 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
             "noise": final.noise,
             "timed_by": final.timed_by,
             "claimed_ms": final.claimed_ms,
+            # the first final benchmark, when it drifted from stage_ms and was taken again
+            "first_benchmark_ms": final.first_benchmark_ms,
             # the same kernel as the stage that chose it timed it (another process, earlier):
             # far from candidate_ms, the kernel's time does not reproduce between processes
             "stage_ms": best.timing.candidate_ms

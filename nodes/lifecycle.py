@@ -8,7 +8,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from graph.context import Context
-from graph.records import TaskSpec
+from graph.records import TaskSpec, TimingReport
 from graph.state import EggState, EggUpdate
 from nodes.common import log, settings_of
 from nodes.deps import Deps
@@ -88,6 +88,24 @@ def make_prepare_node(deps: Deps):
     return prepare
 
 
+# A final benchmark further than this from the choosing stage's timing of the same kernel is
+# taken once more (evals/metrics.py flags rows past the same bar). On the H100 suite of
+# 2026-12-06, 8 of 99 finals ran 15-179% over their stage figures while their CUDA-graph replays
+# matched them (host jitter in that one benchmark): ge05's GEMV read 0.209 ms against 0.075.
+RETAKE_DRIFT = 0.10
+
+
+def benchmark_drift(final: TimingReport, stage: TimingReport | None) -> float | None:
+    """final / stage - 1 for the same kernel when it is past RETAKE_DRIFT either way (both
+    measured on a GPU), else None."""
+    if not (final.measured and final.candidate_ms and stage is not None and stage.measured):
+        return None
+    if not stage.candidate_ms:
+        return None
+    drift = final.candidate_ms / stage.candidate_ms - 1.0
+    return drift if abs(drift) > RETAKE_DRIFT else None
+
+
 def make_finalize_node(deps: Deps):
     def finalize(state: EggState) -> EggUpdate:
         if state.get("status") == "bad_input":
@@ -99,6 +117,19 @@ def make_finalize_node(deps: Deps):
             return {"status": "no_kernel", "failure": failure}
         # The reported numbers: candidate, eager and torch.compile timed in one process.
         final = deps.toolbox.benchmark(state["task"], best.candidate.source)
+        drift = benchmark_drift(final, best.timing)
+        if drift is not None:
+            # The same kernel timed far from its stage's figure: once more, and the second
+            # benchmark stands whichever way it goes (never the better of the two).
+            again = deps.toolbox.benchmark(state["task"], best.candidate.source)
+            log.info(
+                "finalize.retake",
+                drift=round(drift, 3),
+                first_ms=final.candidate_ms,
+                stage_ms=best.timing.candidate_ms if best.timing else None,
+                again_ms=again.candidate_ms,
+            )
+            final = again.model_copy(update={"first_benchmark_ms": final.candidate_ms})
         profile = deps.toolbox.profile(state["desc"], final, best.compile)
         if state["task"].device == "cuda" and not final.measured:
             # On a GPU the final benchmark is a last check as well: a timing the judge refuses
