@@ -1,6 +1,6 @@
 """Per-candidate-job seconds of one or more `egg eval` runs on a GPU, side by side.
 
-    python -m evals.h200.jobphases RUN_DIR [RUN_DIR ...]
+    python -m evals.h200.jobphases RUN_DIR[@HH:MM:SS-HH:MM:SS] [RUN_DIR[@...] ...]
 
 Reads every `tool.evaluate` line of RUN_DIR/tasks/*/optimize.log (one line per candidate job:
 its wall time, its steps and their parts, its waits for the GPU lock and memory) and prints, per
@@ -46,11 +46,23 @@ KEYS = (
 )
 
 
-def jobs(run: Path) -> list[dict[str, float]]:
+def split_window(arg: str) -> tuple[Path, tuple[str, str] | None]:
+    """RUN_DIR or RUN_DIR@HH:MM:SS-HH:MM:SS: a run's folder and the window of log lines to read.
+    A resumed step's folder holds every call's task logs; the window picks one call's jobs."""
+    path, sep, window = arg.rpartition("@")
+    if not sep or "-" not in window:
+        return Path(arg), None
+    lo, hi = window.split("-", 1)
+    return Path(path), (lo, hi)
+
+
+def jobs(run: Path, window: tuple[str, str] | None = None) -> list[dict[str, float]]:
     rows = []
     for log in sorted(run.glob("tasks/*/optimize.log")):
         for line in log.read_text(errors="replace").splitlines():
             if "tool.evaluate" not in line:
+                continue
+            if window is not None and not window[0] <= line[:8] <= window[1]:
                 continue
             kv = {k: v.strip("'\"") for k, v in _KV_RE.findall(line)}
             row = {}
@@ -135,11 +147,12 @@ def rows(run: Path) -> dict[str, dict]:
 
 
 def main(argv: list[str]) -> int:
-    runs = [Path(a) for a in argv]
+    given = [split_window(a) for a in argv]
+    runs = [r for r, _ in given]
     if not runs:
         print(__doc__)
         return 2
-    per = [jobs(r) for r in runs]
+    per = [jobs(r, w) for r, w in given]
     print("jobs: " + ", ".join(f"{r}: {len(j)}" for r, j in zip(runs, per, strict=True)))
     print(f"{'key':32s}" + "".join(f"{'median':>10s}{'sum':>9s}" for _ in runs))
     for k in KEYS:

@@ -63,3 +63,12 @@ def test_memory_per_task(tmp_path, capsys):
     assert jobphases.main([str(d)]) == 0
     out = capsys.readouterr().out
     assert "shares 33.0/33  peak 48.1 (judge 24.0 + runner 24.1)" in out
+
+
+def test_a_window_picks_one_calls_jobs(tmp_path, capsys):
+    a = _run(tmp_path, "a", [10.0, 30.0, 20.0], 100.0)  # jobs at 12:00:00, 12:00:01, 12:00:02
+    assert jobphases.split_window(f"{a}@12:00:01-12:00:02") == (a, ("12:00:01", "12:00:02"))
+    assert jobphases.split_window(str(a)) == (a, None)
+    assert [j["wall_s"] for j in jobphases.jobs(a, ("12:00:01", "12:00:02"))] == [30.0, 20.0]
+    assert jobphases.main([f"{a}@12:00:01-12:00:01"]) == 0
+    assert f"jobs: {a}: 1" in capsys.readouterr().out
