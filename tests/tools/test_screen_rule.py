@@ -117,13 +117,15 @@ def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
 
     monkeypatch.setattr(evaluate, "_timed", fake_timed)
     monkeypatch.setattr(evaluate, "gpu_memory", lambda units: contextlib.nullcontext())
+    monkeypatch.setattr("tools.worker.gpumem.total_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(evaluate, "share_cpu_threads", lambda: None)
     monkeypatch.setattr(judge, "RunnerProcess", _FakeRunner)
     monkeypatch.setattr(compile_job, "run_compile", lambda job, runner=None: {"ok": True})
     monkeypatch.setattr(check_mod, "run_check", lambda job, runner=None: {"accepted": accepted})
     monkeypatch.setattr(check_mod, "static_rejection", lambda job, t: None)
     monkeypatch.setattr(compile_job, "syntax_failure", lambda src: None)
-    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    inits: list[int] = []
+    monkeypatch.setattr(torch.cuda, "init", lambda: inits.append(1))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: real_empty(*a, **k))
@@ -133,13 +135,17 @@ def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
         candidate_source = "x = 1"
         options = {"screen": {"incumbent_ms": 2.3587, "noise": 0.01}, "memory_units": 2}
 
-    return evaluate.run_evaluate(Job()), timings
+    out = evaluate.run_evaluate(Job())
+    out["judge_cuda_inits"] = len(inits)
+    return out, timings
 
 
 def test_a_screened_out_candidate_is_timed_once_without_the_wall_check(monkeypatch):
     out, timings = _screened_job_flow(monkeypatch, screen_ms=2.7)
     assert timings == [False]
     assert out["screened"].endswith("not wall-checked") and "check" not in out
+    assert out["judge_cuda_inits"] == 0  # the judge made no CUDA context of its own
+    assert out["gpu"]["measured_screen_units"] >= 1  # what screening needs is still measured
 
 
 def test_a_contender_is_timed_again_in_full_after_its_check_and_only_that_timing_is_kept(monkeypatch):
@@ -147,6 +153,7 @@ def test_a_contender_is_timed_again_in_full_after_its_check_and_only_that_timing
     assert timings == [False, True]  # the screen, then the full protocol
     assert out["time"]["candidate_ms"] == 1.9 and out["screen_time"]["candidate_ms"] == 1.2
     assert out["check"]["accepted"] is True and "screened" not in out
+    assert out["judge_cuda_inits"] == 1 and "cuda_init" in out["phases"]  # made for the check
     # a contender the check rejects is never timed again
     out, timings = _screened_job_flow(monkeypatch, screen_ms=1.2, accepted=False)
     assert timings == [False] and "time" not in out
@@ -216,3 +223,20 @@ def test_a_screening_timing_runs_no_reference_and_no_graph_probe(monkeypatch):
     # without a cached eager time, or for a kept timing, the full protocol runs (the reference)
     assert _time_job(monkeypatch, eager_cached=False, wall_check=False)[0] is None
     assert _time_job(monkeypatch, eager_cached=True, wall_check=True)[0] is None
+
+
+def test_the_gpu_size_comes_from_the_driver_without_a_context(monkeypatch):
+    import subprocess
+
+    from tools.worker import gpumem
+
+    seen = []
+
+    def smi(cmd, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="81559\n", stderr="")
+
+    monkeypatch.setattr(gpumem.subprocess, "run", smi)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert gpumem.total_bytes() == 81559 * 2**20  # no CUDA context here (CPU test)
+    assert seen[0][:3] == ["nvidia-smi", "-i", "3"]

@@ -132,6 +132,12 @@ def _dispatch_job(job) -> dict:
 
         share_cpu_threads()
         with gpu_memory(job_units(job)):
+            if job.kind in ("check", "describe"):
+                import torch
+
+                # this process's CUDA context before any GPU lock (its GPU steps hold the lock)
+                torch.cuda.init()
+                torch.empty(1, device="cuda")
             if job.kind in ("time", "benchmark"):
                 from tools.worker.timing import run_time
 

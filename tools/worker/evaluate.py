@@ -193,6 +193,14 @@ def run_evaluate(job) -> dict[str, Any]:
                 mem.enter_context(gpu_memory(gpu["memory_units"]))
                 lap("wait_memory")
 
+            def cuda_up() -> None:
+                # The judge's own CUDA context, made outside any GPU lock (creating one is a
+                # second or more of driver work, which under the lock every timer would wait for).
+                if cuda and not torch.cuda.is_initialized():
+                    torch.cuda.init()
+                    torch.empty(1, device="cuda")
+                    lap("cuda_init")
+
             units = known_units(job) if cuda else None
             if units is not None:
                 # Queue for the task's memory before creating a CUDA context, so workers that
@@ -200,9 +208,11 @@ def run_evaluate(job) -> dict[str, Any]:
                 admit(units)
             if cuda:
                 share_cpu_threads()
-                torch.cuda.init()
-                torch.empty(1, device="cuda")
-                lap("cuda_init")
+                # A screened job's judge runs nothing on the GPU until its candidate is a
+                # contender (timing._screen: the runner alone is timed), so its context waits
+                # for the check; two thirds of a suite's tuning jobs are screened out.
+                if not bar or units is None:
+                    cuda_up()
                 if units is None:
                     units = job_units(job)
                     lap("estimate_memory")
@@ -237,6 +247,7 @@ def run_evaluate(job) -> dict[str, Any]:
                         runner.request("release")
                     mem.close()
                     admit(units, screening=False)
+            cuda_up()
             with step_peak(gpu, "check"):
                 out["check"] = run_check(job, runner)
             lap("check")
@@ -252,7 +263,7 @@ def run_evaluate(job) -> dict[str, Any]:
     finally:
         # every wait of the process: memory shares and the lock, shared and exclusive
         gpu["lock_waits"] = round(gpulock.total_waited(), 3)
-        if cuda and torch.cuda.is_initialized():
+        if cuda:  # a screened-out job's judge may have no context: its own peak is then 0
             # Measured peak (this judge's and the runner's) vs the admission estimate: later jobs
             # of the task are admitted by the measured figure (tools/toolbox.py).
             judge_peak = process_peak()

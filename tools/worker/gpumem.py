@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import math
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -304,6 +305,29 @@ def job_units(job) -> int:
 
 
 def total_bytes() -> int:
+    """The GPU's memory in bytes. A process with no CUDA context of its own (a screened job's
+    judge, tools/worker/evaluate.py) asks the driver through nvidia-smi instead of making a
+    context only to read this; torch's figure where that fails."""
     import torch
 
+    if not torch.cuda.is_initialized():
+        got = _smi_total_bytes()
+        if got:
+            return got
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+
+
+def _smi_total_bytes() -> int | None:
+    # the first visible GPU, by the index or UUID CUDA_VISIBLE_DEVICES names (what torch's device
+    # 0 is); nvidia-smi counts MiB
+    dev = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", "-i", dev, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return int(float(r.stdout.split()[0])) * 2**20 if r.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None

@@ -282,6 +282,11 @@ def _time(
     init = task.init_args()
     torch.manual_seed(weight_seed)
     ref_cpu = task.module.Model(*init)
+    if not torch.cuda.is_initialized():
+        # a screened evaluate job's judge makes its context only when it needs one: here, before
+        # the lock, not inside it (tools/worker/evaluate.py)
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
     lap("load")
     with locked(False), torch.no_grad():
         ref = ref_cpu.cuda().eval()
