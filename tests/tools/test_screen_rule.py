@@ -146,6 +146,7 @@ def test_a_screened_out_candidate_is_timed_once_without_the_wall_check(monkeypat
     assert out["screened"].endswith("not wall-checked") and "check" not in out
     assert out["judge_cuda_inits"] == 0  # the judge made no CUDA context of its own
     assert out["gpu"]["measured_screen_units"] >= 1  # what screening needs is still measured
+    assert out["gpu"]["screen_contexts"] == 1  # the runner's context alone
 
 
 def test_a_contender_is_timed_again_in_full_after_its_check_and_only_that_timing_is_kept(monkeypatch):
@@ -240,3 +241,12 @@ def test_the_gpu_size_comes_from_the_driver_without_a_context(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert gpumem.total_bytes() == 81559 * 2**20  # no CUDA context here (CPU test)
     assert seen[0][:3] == ["nvidia-smi", "-i", "3"]
+
+
+def test_a_screen_without_the_judges_context_asks_for_one_context_less(monkeypatch):
+    from tools.worker import gpumem
+
+    monkeypatch.setattr(gpumem, "total_bytes", lambda: 80 * 2**30)  # 1 GiB shares
+    peak = 0.6 * 2**30  # a small task's runner while screening
+    assert gpumem.units_with_margin(peak) == 3  # two contexts: 0.75 + 2 GiB
+    assert gpumem.units_with_margin(peak, contexts=1) == 2  # 0.75 + 1 GiB

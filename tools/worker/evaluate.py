@@ -229,6 +229,8 @@ def run_evaluate(job) -> dict[str, Any]:
                 with step_peak(gpu, "time"):
                     timed = _screening_time(job, runner, lap, sub, out, bar)
                 gpu["screen_peak_bytes"] = process_peak() + runner.peak_bytes
+                # CUDA contexts while screening: the runner's alone where the judge made none
+                gpu["screen_contexts"] = 2 if torch.cuda.is_initialized() else 1
                 why = screened_out(timed, bar)
                 if why is not None:
                     if "screen_retimed" in out:
@@ -277,6 +279,8 @@ def run_evaluate(job) -> dict[str, Any]:
             if "check" in out:  # a job that never checked says nothing of the check's need
                 gpu["measured_units"] = units_with_margin(peak)
             if "screen_peak_bytes" in gpu:
-                gpu["measured_screen_units"] = units_with_margin(gpu["screen_peak_bytes"])
+                gpu["measured_screen_units"] = units_with_margin(
+                    gpu["screen_peak_bytes"], gpu["screen_contexts"]
+                )
             if job.options.get("peak_bytes") is not None:
                 gpu["estimate_gib"] = round(float(job.options["peak_bytes"]) / 2**30, 3)

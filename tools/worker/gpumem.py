@@ -158,10 +158,11 @@ def units_for(peak_bytes: int, total: int) -> int:
     return max(1, min(SLOTS, math.ceil(peak_bytes / share)))
 
 
-def units_with_margin(peak_bytes: float) -> int:
+def units_with_margin(peak_bytes: float, contexts: int = 2) -> int:
     """Shares for a job whose peak is `peak_bytes`, measured or estimated without its contexts:
-    a quarter more, plus the two CUDA contexts and the flush buffer."""
-    return units_for(int(peak_bytes * 1.25) + CONTEXT_BYTES, total_bytes())
+    a quarter more, plus its CUDA contexts (the judge's and the runner's; a screened-out job's
+    judge makes none, tools/worker/evaluate.py) and the flush buffer."""
+    return units_for(int(peak_bytes * 1.25) + CONTEXT_BYTES * contexts // 2, total_bytes())
 
 
 # The express lane: requests of at most EXPRESS_UNITS shares queue apart from larger ones and are
