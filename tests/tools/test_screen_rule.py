@@ -250,3 +250,31 @@ def test_a_screen_without_the_judges_context_asks_for_one_context_less(monkeypat
     peak = 0.6 * 2**30  # a small task's runner while screening
     assert gpumem.units_with_margin(peak) == 3  # two contexts: 0.75 + 2 GiB
     assert gpumem.units_with_margin(peak, contexts=1) == 2  # 0.75 + 1 GiB
+
+
+def test_the_timing_environment_names_the_gpu_without_a_context(monkeypatch):
+    """timing.environment() runs in every timing job, the screening ones too: the GPU's name and
+    clocks come from nvidia-smi, since torch's name for it would make the judge's CUDA context."""
+    import subprocess
+
+    import torch
+
+    from tools.worker import gpumem, timing
+
+    def smi(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 0, stdout="NVIDIA H100 80GB HBM3, 580.159.04, 1980, 2619\n")
+
+    def no_context(*a, **k):
+        raise AssertionError("torch made a CUDA context to name the GPU")
+
+    monkeypatch.setattr(gpumem.subprocess, "run", smi)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", no_context)
+    env = timing.environment()
+    assert env["gpu"] == "NVIDIA H100 80GB HBM3" and env["driver"] == "580.159.04"
+    assert env["sm_clock_mhz"] == 1980 and env["mem_clock_mhz"] == 2619
+    # without nvidia-smi, torch names it (and the clocks are missing)
+    monkeypatch.setattr(gpumem.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 9, ""))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    env = timing.environment()
+    assert env["gpu"] == "a GPU" and "sm_clock_mhz" not in env

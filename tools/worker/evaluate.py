@@ -32,6 +32,7 @@ from typing import Any
 
 from tools.worker import gpulock
 from tools.worker.gpumem import (
+    ensure_cuda_context,
     gpu_memory,
     job_units,
     known_units,
@@ -194,11 +195,8 @@ def run_evaluate(job) -> dict[str, Any]:
                 lap("wait_memory")
 
             def cuda_up() -> None:
-                # The judge's own CUDA context, made outside any GPU lock (creating one is a
-                # second or more of driver work, which under the lock every timer would wait for).
-                if cuda and not torch.cuda.is_initialized():
-                    torch.cuda.init()
-                    torch.empty(1, device="cuda")
+                # the judge's own CUDA context, made outside any GPU lock
+                if cuda and ensure_cuda_context():
                     lap("cuda_init")
 
             units = known_units(job) if cuda else None

@@ -312,23 +312,42 @@ def total_bytes() -> int:
     import torch
 
     if not torch.cuda.is_initialized():
-        got = _smi_total_bytes()
-        if got:
-            return got
+        got = visible_gpu_query(["memory.total"])
+        try:
+            return int(float(got[0])) * 2**20  # MiB
+        except (TypeError, ValueError, IndexError):
+            pass
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
 
 
-def _smi_total_bytes() -> int | None:
-    # the first visible GPU, by the index or UUID CUDA_VISIBLE_DEVICES names (what torch's device
-    # 0 is); nvidia-smi counts MiB
+def visible_gpu_query(fields: list[str]) -> list[str] | None:
+    """nvidia-smi's values of `fields` for the first visible GPU (torch's device 0: the index or
+    UUID CUDA_VISIBLE_DEVICES names first), with no CUDA context made; None where it fails."""
     dev = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
     try:
         r = subprocess.run(
-            ["nvidia-smi", "-i", dev, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            ["nvidia-smi", "-i", dev, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=20,
         )
-        return int(float(r.stdout.split()[0])) * 2**20 if r.returncode == 0 else None
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired):
         return None
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        return None
+    values = [v.strip() for v in lines[0].split(",")]
+    return values if len(values) == len(fields) else None
+
+
+def ensure_cuda_context() -> bool:
+    """Make this process's CUDA context if it has none; True when it made one. Callers do this
+    outside any GPU lock: creating a context is a second or more of driver work, which under the
+    lock every timer would wait for."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        return False
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    return True

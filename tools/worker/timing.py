@@ -31,7 +31,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import torch
 
 from tools.worker.common import SAME_CHUNK, as_outputs, chunk_ranges, load_task, to_device
+from tools.worker.gpumem import ensure_cuda_context, visible_gpu_query
 from tools.worker.laps import Laps
 
 # A stage timing leaves it to the runner whether to time the forward's CUDA-graph replay too
@@ -74,23 +74,16 @@ def environment() -> dict[str, Any]:
         env["triton"] = None
     env["cuda"] = torch.version.cuda
     if torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name()
+        # from the driver, not torch: torch's device name would make this process's CUDA context
+        # (a screened job's judge makes none, tools/worker/evaluate.py)
+        got = visible_gpu_query(["name", "driver_version", "clocks.sm", "clocks.mem"])
         try:
-            r = subprocess.run(
-                [
-                    "nvidia-smi",
-                    "--query-gpu=driver_version,clocks.sm,clocks.mem",
-                    "--format=csv,noheader,nounits",
-                    f"--id={torch.cuda.current_device()}",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=20,
-            )
-            drv, sm, mem = [s.strip() for s in r.stdout.strip().splitlines()[0].split(",")]
-            env.update(driver=drv, sm_clock_mhz=int(float(sm)), mem_clock_mhz=int(float(mem)))
-        except Exception:
-            pass  # nvidia-smi missing: the environment then lacks clocks, nothing else depends on it
+            name, drv, sm, mem = got or ()
+            env.update(gpu=name, driver=drv, sm_clock_mhz=int(float(sm)), mem_clock_mhz=int(float(mem)))
+        except ValueError:
+            # nvidia-smi missing: torch names the GPU, and the environment lacks the clocks
+            # (nothing else depends on them)
+            env["gpu"] = torch.cuda.get_device_name()
     return env
 
 
@@ -282,11 +275,9 @@ def _time(
     init = task.init_args()
     torch.manual_seed(weight_seed)
     ref_cpu = task.module.Model(*init)
-    if not torch.cuda.is_initialized():
-        # a screened evaluate job's judge makes its context only when it needs one: here, before
-        # the lock, not inside it (tools/worker/evaluate.py)
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
+    # a screened evaluate job's judge makes its context only when it needs one: here, before the
+    # lock, not inside it (tools/worker/evaluate.py)
+    ensure_cuda_context()
     lap("load")
     with locked(False), torch.no_grad():
         ref = ref_cpu.cuda().eval()
