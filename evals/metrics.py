@@ -14,6 +14,9 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+# a final benchmark this far from its stage's timing of the same kernel is flagged
+from graph.records import IRREPRODUCIBLE
+
 Row = Mapping[str, Any]
 
 P_VALUES: tuple[float, ...] = (0.0, 1.0, 1.2, 1.5, 2.0)
@@ -21,11 +24,6 @@ SPEEDUP_KEYS = {"vs_eager": "speedup_vs_eager", "vs_compile": "speedup_vs_compil
 # Below this the eager reference is launch-bound: a ratio of two launch overheads says
 # little about the kernel, so such tasks are flagged rather than silently averaged in.
 LAUNCH_BOUND_MS = 0.02
-# A final benchmark further than this from the choosing stage's timing of the same kernel is
-# flagged: on the H200 (eighth sitting) 8 of 9 tasks reproduced within 1.3%, and a library
-# ConvTranspose3d's forward went from 4.83 ms in its stage to 6.36 ms in the final benchmark
-# (eager from 5.62 to 4.80 ms): cuDNN chose differently in another process.
-IRREPRODUCIBLE = 0.10
 # Above this a speedup over eager PyTorch almost always means skipped work or a degenerate task.
 IMPLAUSIBLE_SPEEDUP = 50.0
 

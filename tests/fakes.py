@@ -6,6 +6,7 @@ Candidate sources are tiny scripts of directives the fake toolbox reads, e.g.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from typing import Any
@@ -214,3 +215,27 @@ def best_from_reply(reply: CodeReply, stage: str = "algorithm", **params: Any) -
         params={**reply.params, **params},
     )
     return BestKernel(candidate=cand, check=CheckReport(accepted=True))
+
+
+@contextlib.contextmanager
+def gpu_lock_held_elsewhere(exclusive: bool):
+    """Another job holding the per-GPU lock (a thread of this process, under the lock file the
+    test set): held when the block starts, released when the block sets the yielded event,
+    joined when the block ends."""
+    from tools.worker.gpulock import gpu_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with gpu_lock(exclusive=exclusive):
+            held.set()
+            release.wait(10)
+
+    th = threading.Thread(target=holder)
+    th.start()
+    held.wait(10)
+    try:
+        yield release
+    finally:
+        release.set()
+        th.join(10)

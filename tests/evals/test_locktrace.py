@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from fakes import gpu_lock_held_elsewhere
 
 from evals.h200 import locktrace
 from tools import sandbox
@@ -46,20 +47,10 @@ def test_real_locks_write_the_trace_only_when_asked(tmp_path, monkeypatch):
     assert not (tmp_path / "gpu.lock.trace").exists()
 
     monkeypatch.setenv(TRACE_ENV, "1")
-    held, release = threading.Event(), threading.Event()
-
-    def reader():
-        with gpu_lock(exclusive=False):
-            held.set()
-            release.wait(10)
-
-    th = threading.Thread(target=reader)
-    th.start()
-    held.wait(10)
-    threading.Timer(0.3, release.set).start()
-    with gpu_memory(2), gpu_lock(exclusive=True):  # waits for the reader: about 0.3 s draining
-        time.sleep(0.1)
-    th.join(10)
+    with gpu_lock_held_elsewhere(exclusive=False) as release:  # a reader
+        threading.Timer(0.3, release.set).start()
+        with gpu_memory(2), gpu_lock(exclusive=True):  # waits for the reader: about 0.3 s draining
+            time.sleep(0.1)
     holds = locktrace.read_trace(str(tmp_path / "gpu.lock.trace"))
     assert sorted(h[0] for h in holds) == ["exclusive", "mem2", "shared"]
     x = next(h for h in holds if h[0] == "exclusive")

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from fakes import gpu_lock_held_elsewhere
 
 from tools import sandbox
 from tools.worker import gpulock
@@ -24,28 +25,18 @@ def note(tmp_path, monkeypatch):
 
 
 def test_a_wait_for_the_lock_is_noted_while_it_lasts_and_after(note):
-    held, release = threading.Event(), threading.Event()
-
-    def timer():
-        with gpu_lock(exclusive=True):
-            held.set()
-            release.wait(10)
-
-    th = threading.Thread(target=timer)
-    th.start()
-    held.wait(10)
     seen: list[float] = []
+    with gpu_lock_held_elsewhere(exclusive=True) as release:  # a timer
 
-    def watch():
-        time.sleep(0.6)
-        seen.append(read_wait_note(str(note)))
-        release.set()
+        def watch():
+            time.sleep(0.6)
+            seen.append(read_wait_note(str(note)))
+            release.set()
 
-    w = threading.Thread(target=watch)
-    w.start()
-    with gpu_lock(exclusive=False):
-        pass
-    th.join()
+        w = threading.Thread(target=watch)
+        w.start()
+        with gpu_lock(exclusive=False):
+            pass
     w.join()
     assert seen and seen[0] >= 0.5  # a wait under way counts while it lasts
     after = read_wait_note(str(note))

@@ -105,7 +105,6 @@ def waiting(kind: str) -> Iterator[None]:
 # that takes the shared lock for its own GPU work can also run inside a job holding it (a nested
 # acquire would deadlock against a writer waiting in the turnstile).
 _HELD = threading.local()
-_HELD_NAME = {True: "exclusive", False: "shared"}
 
 
 @contextlib.contextmanager
@@ -117,23 +116,24 @@ def gpu_lock(exclusive: bool) -> Iterator[None]:
     if not path or held is not None:
         yield
         return
+    mode = "exclusive" if exclusive else "shared"
     turn = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     asked = time.time()
     try:
-        with waiting("exclusive" if exclusive else "shared"):
+        with waiting(mode):
             fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             finally:
                 fcntl.flock(turn, fcntl.LOCK_UN)
-        _HELD.mode = "exclusive" if exclusive else "shared"
+        _HELD.mode = mode
         got = time.time()
         try:
             yield
         finally:
             _HELD.mode = None
-            trace_hold(_HELD_NAME[exclusive], asked, got)
+            trace_hold(mode, asked, got)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
