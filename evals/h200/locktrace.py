@@ -25,20 +25,19 @@ import sys
 import time
 from pathlib import Path
 
+from tools.worker.laps import cpu_times
+
 
 def sample(path: str, every: float) -> None:
     """Append "<epoch> <busy fraction>" of all CPUs every `every` seconds (from /proc/stat)."""
-
-    def read() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-        return sum(vals), idle
-
-    last = read()
+    last = cpu_times()
+    if last is None:
+        return
     while True:
         time.sleep(every)
-        now = read()
+        now = cpu_times()
+        if now is None:
+            return
         total, idle = now[0] - last[0], now[1] - last[1]
         last = now
         if total > 0:

@@ -66,3 +66,14 @@ def test_the_trace_switch_reaches_the_judge_not_secrets(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     env = sandbox.sandbox_env("/tmp/x", "cuda")
     assert env[TRACE_ENV] == "1" and "OPENAI_API_KEY" not in env
+
+
+def test_the_cpu_sampler_writes_the_busy_share_of_each_interval(tmp_path, monkeypatch):
+    readings = iter([(100, 50), (200, 75), None])  # 100 jiffies, 25 idle: 75% busy; then gone
+    monkeypatch.setattr(locktrace, "cpu_times", lambda: next(readings))
+    monkeypatch.setattr(locktrace.time, "sleep", lambda s: None)
+    out = tmp_path / "cpu.txt"
+    locktrace.sample(str(out), 2.0)
+    (line,) = out.read_text().splitlines()
+    assert line.split()[1] == "0.750"
+    assert locktrace.read_cpu(str(out))[0][1] == 0.75

@@ -39,7 +39,7 @@ import torch
 
 from tools.worker.common import SAME_CHUNK, as_outputs, chunk_ranges, load_task, to_device
 from tools.worker.gpumem import ensure_cuda_context, visible_gpu_query
-from tools.worker.laps import Laps
+from tools.worker.laps import Laps, cpu_times
 
 # A stage timing leaves it to the runner whether to time the forward's CUDA-graph replay too
 # (runner.op_time: forwards of CUDAGRAPH_PROBE_LAUNCHES or more launches): the profiler's
@@ -109,7 +109,7 @@ def timing_priority(pids: list[int], out: dict[str, Any]):
             except OSError:
                 before.pop(pid, None)
     out["host_priority"] = f"nice {TIMING_NICE}" if before else "unchanged (needs root)"
-    t0 = _cpu_times()
+    t0 = cpu_times()
     try:
         yield
     finally:
@@ -118,19 +118,9 @@ def timing_priority(pids: list[int], out: dict[str, Any]):
                 os.setpriority(os.PRIO_PROCESS, pid, nice)
             except OSError:
                 pass
-        t1 = _cpu_times()
+        t1 = cpu_times()
         if t0 is not None and t1 is not None and t1[0] > t0[0]:
             out["host_cpu_busy"] = round(1.0 - (t1[1] - t0[1]) / (t1[0] - t0[0]), 3)
-
-
-def _cpu_times() -> tuple[int, int] | None:
-    """(all, idle) jiffies of the host's CPUs from /proc/stat (None where there is none)."""
-    try:
-        with open("/proc/stat") as f:
-            vals = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return (sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0)) if len(vals) > 3 else None
 
 
 def bench(fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> dict[str, float]:
