@@ -45,16 +45,18 @@ def sample(path: str, every: float) -> None:
                 f.write(f"{time.time():.2f} {1.0 - idle / total:.3f}\n")
 
 
-def read_trace(path: str) -> list[tuple[str, int, float, float, float]]:
+def read_trace(path: str, bad: list[str] | None = None) -> list[tuple[str, int, float, float, float]]:
+    """The trace's holds; lines that do not parse go to `bad` (the report counts them)."""
     holds = []
     for line in Path(path).read_text().splitlines():
         parts = line.split()
-        if len(parts) != 5:
-            continue
         try:
+            if len(parts) != 5:
+                raise ValueError(line)
             holds.append((parts[0], int(parts[1]), float(parts[2]), float(parts[3]), float(parts[4])))
         except ValueError:
-            continue
+            if bad is not None:
+                bad.append(line)
     return holds
 
 
@@ -152,7 +154,8 @@ def _hold_stats(holds, kind: str, t0: float, t1: float) -> str:
 
 
 def report(trace: str, cpu_file: str | None, since: float | None, until: float | None) -> str:
-    holds = read_trace(trace)
+    bad: list[str] = []
+    holds = read_trace(trace, bad)
     res = sweep(holds, since, until)
     if not res:
         return f"{trace}: no lock holds traced"
@@ -176,6 +179,8 @@ def report(trace: str, cpu_file: str | None, since: float | None, until: float |
         )
     for kind in ("exclusive", "shared", "mem"):
         lines.append("  " + _hold_stats(holds, kind, t0, t1))
+    if bad:
+        lines.append(f"  {len(bad)} line(s) of the trace did not parse and were left out")
     return "\n".join(lines)
 
 

@@ -77,3 +77,20 @@ def test_the_cpu_sampler_writes_the_busy_share_of_each_interval(tmp_path, monkey
     (line,) = out.read_text().splitlines()
     assert line.split()[1] == "0.750"
     assert locktrace.read_cpu(str(out))[0][1] == 0.75
+
+
+def test_lines_that_do_not_parse_are_counted_in_the_report(tmp_path):
+    trace = tmp_path / "t.trace"
+    trace.write_text("shared 1 0.0 0.0 1.0\ngarbage\nexclusive 2 0.5 1.0 x\n")
+    bad: list[str] = []
+    assert len(locktrace.read_trace(str(trace), bad)) == 1 and len(bad) == 2
+    assert "2 line(s) of the trace did not parse" in locktrace.report(str(trace), None, None, None)
+
+
+def test_a_trace_that_cannot_be_written_says_so_and_the_job_goes_on(tmp_path, monkeypatch, capsys):
+    from tools.worker.gpulock import trace_hold
+
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "missing-dir" / "gpu.lock"))
+    monkeypatch.setenv(TRACE_ENV, "1")
+    trace_hold("shared", 0.0, 0.0)
+    assert "GPU lock trace not written" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -85,8 +86,10 @@ def trace_hold(what: str, asked: float, got: float) -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
-    except OSError:
-        pass  # a diagnostic: never a reason for a job to fail
+    except OSError as e:
+        # a diagnostic is never a reason for a job to fail, but a trace that lost a line says so
+        # (the job's stderr reaches its log)
+        sys.stderr.write(f"egg: GPU lock trace not written ({e}); the trace misses this hold\n")
 
 
 @contextlib.contextmanager
