@@ -279,6 +279,13 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
     assert max(steps.values()) <= g["judge_peak_gib"] <= g["peak_gib"] and g["runner_peak_gib"] > 0
     # the timed section alone held the lock exclusively
     assert contender["phases"]["time.setup"] >= 0 and "time.wait_exclusive" in contender["phases"]
+    # the runner compiled the kernels before the job held its shares (start_precompile): its
+    # reply was read in the compile step, and it says whether compiling made a CUDA context
+    for payload in (screened, contender):
+        pre = payload["compile"]["precompiled"]
+        print("precompile:", pre, {k: v for k, v in payload["phases"].items() if "precompile" in k})
+        assert pre["kernels"] >= 1 and isinstance(pre.get("cuda_context"), bool)
+        assert "load" in payload["phases"] and "compile.precompile_runner" in payload["phases"]
 
 
 @needs_cuda

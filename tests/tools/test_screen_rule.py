@@ -87,6 +87,8 @@ def test_a_failed_retake_never_replaces_a_measured_first_timing(monkeypatch):
 
 class _FakeRunner:
     peak_bytes = 0
+    pending = None
+    events: list[str] = []  # shared with the fake memory admission: the job's order of steps
 
     def __init__(self, *a, **k):
         self.requests: list[str] = []
@@ -94,6 +96,19 @@ class _FakeRunner:
     def request(self, op, **kw):
         self.requests.append(op)
         return {"ok": True}
+
+    def load(self, job):
+        self.events.append("load")
+        return None
+
+    def start(self, op, **kw):
+        self.events.append(f"start {op}")
+        self.pending = op
+
+    def finish(self, op, timeout_s=None):
+        self.events.append(f"finish {op}")
+        self.pending = None
+        return {"ok": True, "seconds": 4.9}
 
     def close(self):
         pass
@@ -116,16 +131,29 @@ def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
         return out["time"]
 
     monkeypatch.setattr(evaluate, "_timed", fake_timed)
-    monkeypatch.setattr(evaluate, "gpu_memory", lambda units: contextlib.nullcontext())
+    events: list[str] = []
+    monkeypatch.setattr(_FakeRunner, "events", events)
+
+    def admit(units):
+        events.append(f"admit {units}")
+        return contextlib.nullcontext()
+
+    def compiled(job, runner=None):
+        if runner.pending == "precompile":
+            runner.finish("precompile")
+        events.append("record")
+        return {"ok": True}
+
+    monkeypatch.setattr(evaluate, "gpu_memory", admit)
     monkeypatch.setattr("tools.worker.gpumem.total_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(evaluate, "share_cpu_threads", lambda: None)
     monkeypatch.setattr(judge, "RunnerProcess", _FakeRunner)
-    monkeypatch.setattr(compile_job, "run_compile", lambda job, runner=None: {"ok": True})
+    monkeypatch.setattr(compile_job, "run_compile", compiled)
     monkeypatch.setattr(check_mod, "run_check", lambda job, runner=None: {"accepted": accepted})
     monkeypatch.setattr(check_mod, "static_rejection", lambda job, t: None)
     monkeypatch.setattr(compile_job, "syntax_failure", lambda src: None)
     inits: list[int] = []
-    monkeypatch.setattr(torch.cuda, "init", lambda: inits.append(1))
+    monkeypatch.setattr(torch.cuda, "init", lambda: inits.append(1) or events.append("cuda_init"))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     real_empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: real_empty(*a, **k))
@@ -133,11 +161,24 @@ def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
     class Job:
         device = "cuda"
         candidate_source = "x = 1"
+        size_overrides: dict = {}
         options = {"screen": {"incumbent_ms": 2.3587, "noise": 0.01}, "memory_units": 2}
 
     out = evaluate.run_evaluate(Job())
     out["judge_cuda_inits"] = len(inits)
+    out["events"] = events
     return out, timings
+
+
+def test_the_runner_compiles_while_the_judge_waits_for_memory_and_its_context(monkeypatch):
+    """The candidate's kernels are compiled (CPU work) before the job holds memory shares: the
+    precompile request goes out first and its reply is read only when the compile step needs it."""
+    out, _ = _screened_job_flow(monkeypatch, screen_ms=1.2)
+    ev = out["events"]
+    assert ev[:5] == ["load", "start precompile", "admit 2", "finish precompile", "record"]
+    # the contender's check: its shares (the task's 2 here), then the judge's context
+    assert ev.index("cuda_init") > ev.index("record")
+    assert "load" in out["phases"]
 
 
 def test_a_screened_out_candidate_is_timed_once_without_the_wall_check(monkeypatch):

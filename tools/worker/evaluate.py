@@ -13,7 +13,8 @@ comes back `screened`: not verified, not a failure, never a result. The screenin
 runner's median without the judge's wall-clock check; a contender accepted by its check is timed
 again with the full protocol, and only that timing is kept. The verdict is the judge's either way.
 
-GPU sharing: the job holds memory shares (tools/worker/gpumem.py) throughout; compile and
+GPU sharing: the runner loads the candidate and compiles its kernels (CPU work) before the job
+has its memory shares, while the judge queues for them; it holds them from then on; compile and
 check take the per-GPU lock shared around each step that runs on the GPU, and the timing holds
 it exclusively for its timed section only (tools/worker/gpulock.py). A screened job holds the
 shares its compile and timing need (`screen_units`); a contender gives them back and queues for
@@ -159,7 +160,7 @@ def run_evaluate(job) -> dict[str, Any]:
     import triton  # noqa: F401
 
     from tools.worker.check import run_check, static_rejection
-    from tools.worker.compile_job import run_compile, syntax_failure
+    from tools.worker.compile_job import run_compile, start_precompile, syntax_failure
     from tools.worker.judge import RunnerFailure, RunnerProcess
 
     phases = lap.phases
@@ -199,6 +200,10 @@ def run_evaluate(job) -> dict[str, Any]:
                 if cuda and ensure_cuda_context():
                     lap("cuda_init")
 
+            # The runner compiles the candidate's kernels (CPU work) while this process waits
+            # for memory and makes its context; run_compile reads the reply.
+            if start_precompile(job, runner):
+                lap("load")
             units = known_units(job) if cuda else None
             if units is not None:
                 # Queue for the task's memory before creating a CUDA context, so workers that

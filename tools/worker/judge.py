@@ -80,6 +80,8 @@ class RunnerProcess:
         self.slab = channel.new_slab()
         self.isolation: dict[str, Any] = {}
         self.loaded = False
+        self.load_failure: dict[str, Any] | None = None
+        self.pending: str | None = None  # a request sent by `start` whose reply is not read yet
         self.dead: RunnerFailure | None = None
         self.seconds: dict[str, float] = {}
         self.peak_bytes = 0
@@ -147,12 +149,28 @@ class RunnerProcess:
 
     def request(self, op: str, timeout_s: float | None = None, **kw: Any) -> dict[str, Any]:
         """Send one request and wait for its reply (a `phase` message first for `wall`)."""
+        self.start(op, **kw)
+        return self.finish(op, timeout_s)
+
+    def start(self, op: str, **kw: Any) -> None:
+        """Send one request without waiting for its reply: the runner works on it while the
+        judge does something else (waits for memory shares, makes its own CUDA context);
+        `finish` reads the reply. One request at a time."""
         if self.dead is not None:
             raise self.dead
+        if self.pending is not None:
+            raise RuntimeError(f"`{op}` sent while the reply to `{self.pending}` is unread")
         try:
             channel.send(self.req, {"op": op, **kw})
         except OSError:
             self._died(op)
+        self.pending = op
+
+    def finish(self, op: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """The reply to `op`, sent by `start`."""
+        if self.pending != op:
+            raise RuntimeError(f"no `{op}` request is waiting for its reply (pending: {self.pending})")
+        self.pending = None
         reply = self._recv(min(timeout_s or self.left(), self.left()), op)
         self.seconds[op] = round(self.seconds.get(op, 0.0) + float(reply.get("seconds") or 0.0), 3)
         if isinstance(reply.get("peak_bytes"), int):
@@ -162,9 +180,12 @@ class RunnerProcess:
 
     def load(self, job: Any) -> dict[str, Any] | None:
         """Import the task and the candidate in the runner (once): None, or the failure as
-        {rule, error, kind, line}. A task that fails to load raises BadTask."""
+        {rule, error, kind, line}, the same one when asked again. A task that fails to load
+        raises BadTask."""
         if self.loaded:
             return None
+        if self.load_failure is not None:
+            return self.load_failure
         try:
             r = self.request(
                 "load",
@@ -173,7 +194,8 @@ class RunnerProcess:
                 candidate_source=job.candidate_source or "",
             )
         except RunnerFailure as f:
-            return {"rule": f.rule, "error": f.message, "kind": "crash"}
+            self.load_failure = {"rule": f.rule, "error": f.message, "kind": "crash"}
+            return self.load_failure
         if r.get("ok"):
             self.loaded = True
             return None
@@ -181,12 +203,13 @@ class RunnerProcess:
             from tools.worker.common import BadTask
 
             raise BadTask(str(r.get("error"))[:400])
-        return {
+        self.load_failure = {
             "rule": str(r.get("rule") or "load.error"),
             "error": str(r.get("error"))[:600],
             "kind": str(r.get("kind") or "import"),
             "line": r.get("line") if isinstance(r.get("line"), int) else None,
         }
+        return self.load_failure
 
     def recv_more(self, op: str, timeout_s: float | None = None) -> dict[str, Any]:
         return self._recv(min(timeout_s or self.left(), self.left()), op)

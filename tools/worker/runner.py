@@ -192,8 +192,27 @@ class Runner:
                 finally:
                     done, launchers = int(state["kernels"]), int(state["launchers"])
         except (Exception, SystemExit) as e:
-            return {"ok": True, "kernels": done, "launchers": launchers, "stopped": one_line(e)[:300]}
-        return {"ok": True, "kernels": done, "launchers": launchers}
+            return {
+                "ok": True,
+                "kernels": done,
+                "launchers": launchers,
+                "stopped": one_line(e)[:300],
+                **self._context_note(),
+            }
+        return {"ok": True, "kernels": done, "launchers": launchers, **self._context_note()}
+
+    def _context_note(self) -> dict[str, Any]:
+        """{"cuda_context": bool} on a GPU: whether compiling made this process's CUDA context
+        (the judge may ask for the compile before the job holds its memory shares)."""
+        if self.device != "cuda":
+            return {}
+        try:
+            made = torch.cuda.is_initialized() and bool(
+                torch._C._cuda_hasPrimaryContext(torch.cuda.current_device())
+            )
+        except Exception:  # noqa: BLE001 - a note only
+            return {}
+        return {"cuda_context": made}
 
     def op_record(self, m: dict[str, Any]) -> dict[str, Any]:
         """Record the kernels' launches (a GPU step). A failure is the compile report itself."""

@@ -1,0 +1,65 @@
+"""RunnerProcess.start/finish: a request sent ahead (the precompile, while the judge queues for
+memory) is answered when the judge asks for its reply, one request at a time; a failed load is
+reported the same way each time it is asked for, without importing the candidate again."""
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tools.protocol import Job  # noqa: E402
+from tools.worker.compile_job import run_compile, start_precompile  # noqa: E402
+from tools.worker.judge import RunnerProcess  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+
+
+def _job(candidate: str) -> Job:
+    return Job(
+        kind="compile",
+        task_path="relu.py",
+        task_source=(CORPUS / "tasks" / "relu.py").read_text(),
+        candidate_source=candidate,
+        size_overrides={"BATCH": 48},
+    )
+
+
+def test_a_request_sent_ahead_is_answered_when_its_reply_is_read():
+    job = _job((CORPUS / "good" / "relu_good.py").read_text())
+    with RunnerProcess(job, timeout_s=120) as r:
+        assert r.load(job) is None
+        r.start("precompile", overrides={"BATCH": 48})
+        with pytest.raises(RuntimeError, match="unread"):
+            r.request("load")  # a second request before the first's reply: refused here
+        with pytest.raises(RuntimeError, match="no `build`"):
+            r.finish("build")
+        rep = r.finish("precompile")
+        assert rep["ok"] and rep["op"] == "precompile" and rep["kernels"] == 1
+        assert r.pending is None and r.seconds["precompile"] >= 0
+        # the channel is in step again: the next request gets its own reply
+        assert r.request("release")["op"] == "release"
+
+
+def test_start_precompile_is_for_gpu_jobs_only_and_run_compile_reads_its_reply(monkeypatch):
+    job = _job((CORPUS / "good" / "relu_good.py").read_text())
+    with RunnerProcess(job, timeout_s=120) as r:
+        assert start_precompile(job, r) is False and r.pending is None  # a CPU job: no warm-up
+        # run_compile reads a reply sent ahead, whatever the device (here: the CPU runner)
+        assert r.load(job) is None
+        r.start("precompile", overrides={"BATCH": 48})
+        rep = run_compile(job, r)
+        assert rep["ok"], rep
+        assert rep["precompiled"]["kernels"] == 1 and "precompile_runner" in rep["phases"]
+        assert r.pending is None
+
+
+def test_a_failed_load_is_the_same_failure_when_asked_again():
+    job = _job((CORPUS / "good" / "relu_good.py").read_text() + "\nraise ValueError('broken at import')\n")
+    with RunnerProcess(job, timeout_s=120) as r:
+        first = r.load(job)
+        assert first is not None and "broken at import" in first["error"]
+        loads = r.seconds.get("load")
+        assert r.load(job) is first and r.seconds.get("load") == loads  # not imported again
+        rep = run_compile(job, r)
+        assert rep["ok"] is False and "broken at import" in rep["error"]
