@@ -31,6 +31,7 @@ _JOB_PHASES = {
     "wait_memory": "wait_memory",
     "wait_exclusive": "wait_timing",
     "estimate_memory": "estimate_memory",
+    "load": "compile",  # the candidate's import, sent ahead of the memory wait since 827efc1
     "compile": "compile",
     "check": "check",
     "time": "time",
@@ -49,6 +50,9 @@ _SUB_PHASES = {
     "check.judge.compare": "check.compare",
     "check.second_shape_precompile": "check.precompile",
     "compile.precompile": "compile.precompile",
+    # the runner's own compile seconds; since 827efc1 most of them overlap the memory wait, and
+    # compile.precompile is only what the compile step still waited for
+    "compile.precompile_runner": "compile.precompile_runner",
     "compile.record": "compile.record",
     "compile.compile_specs": "compile.sm90",
 }

@@ -126,14 +126,17 @@ def test_phases_from_usage_and_evaluate_lines() -> None:
         "compile=1.0 cuda_init=0.5 "
         "imports=3.0 memory_units=4 peak_gib=1.5 startup_and_exit=0.5 task=t wait_exclusive=1.0 "
         "wait_memory=4.0 wall_s=12.5\n"
-        "12:00:20 [info     ] tool.evaluate   compile=2.0 imports=3.0 task=t wall_s=5.0\n"
+        "12:00:20 [info     ] tool.evaluate   compile=2.0 imports=3.0 load=0.5 compile.precompile=0.1 "
+        "compile.precompile_runner=4.9 task=t wall_s=5.0\n"
     )
     assert job_phases(log) == {
         "check": 2.5,
         "check.reference": 1.25,
         "check.candidate": 0.75,
         "compile.sm90": 0.5,
-        "compile": 3.0,
+        "compile.precompile": 0.1,
+        "compile.precompile_runner": 4.9,  # the runner's, mostly while the judge waited
+        "compile": 3.5,  # the candidate's import (load, sent ahead) is the compile step's
         "startup": 7.0,
         "wait_memory": 4.0,
         "wait_timing": 1.0,
@@ -150,7 +153,9 @@ def test_phases_from_usage_and_evaluate_lines() -> None:
         "check.reference": 1.25,
         "check.candidate": 0.75,
         "compile.sm90": 0.5,
-        "compile": 3.0,
+        "compile.precompile": 0.1,
+        "compile.precompile_runner": 4.9,  # the runner's, mostly while the judge waited
+        "compile": 3.5,  # the candidate's import (load, sent ahead) is the compile step's
         "startup": 7.0,
         "wait_memory": 4.0,
         "wait_timing": 1.0,
