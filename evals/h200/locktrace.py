@@ -12,7 +12,9 @@ GPU was
   - shared: held shared only (compiles' recording calls, checks, set-ups), no writer waiting;
   - idle: neither held nor asked for (the tasks' CPU work, the agent, start-up);
 with the holds' counts and medians, the mean number of shared holders, the mean memory shares
-held, and, with `--cpu`, the host's CPU load in each state. A tool loop bound by the exclusive
+held, a table per named step of the holds (<mode>:<step> in the trace, e.g. shared:check.trial:
+held seconds, and for shared steps the seconds they were held while a timer waited for them),
+and, with `--cpu`, the host's CPU load in each state. A tool loop bound by the exclusive
 lock shows timing + draining near 100%; one bound by the CPU shows a saturated CPU while idle.
 """
 
@@ -76,8 +78,19 @@ def read_cpu(path: str | None) -> list[tuple[float, float]]:
 STATES = ("timing", "draining", "shared", "handoff", "idle")
 
 
+def mode(what: str) -> str:
+    """The hold's kind without its step: "shared:check.trial" -> "shared"."""
+    return what.split(":", 1)[0]
+
+
+def step(what: str) -> str:
+    """The step a lock hold names ("shared:check.trial" -> "check.trial"), "-" where none."""
+    return what.split(":", 1)[1] if ":" in what else "-"
+
+
 def sweep(holds, since: float | None = None, until: float | None = None) -> dict:
     """Seconds per state and the means over the window (see the module docstring)."""
+    holds = [(mode(h[0]), *h[1:]) for h in holds]
     lock = [h for h in holds if h[0] in ("exclusive", "shared")]
     if not lock:
         return {}
@@ -141,7 +154,9 @@ def cpu_by_state(spans, cpu: list[tuple[float, float]]) -> dict[str, float]:
 
 def _hold_stats(holds, kind: str, t0: float, t1: float) -> str:
     sel = [
-        h for h in holds if (h[0] == kind or (kind == "mem" and h[0].startswith("mem"))) and t0 <= h[3] <= t1
+        h
+        for h in holds
+        if (mode(h[0]) == kind or (kind == "mem" and h[0].startswith("mem"))) and t0 <= h[3] <= t1
     ]
     if not sel:
         return f"{kind:9s} holds 0"
@@ -151,6 +166,25 @@ def _hold_stats(holds, kind: str, t0: float, t1: float) -> str:
         f"{kind:9s} holds {len(sel):5d}  held median {statistics.median(held):6.3f} s, sum {sum(held):8.1f} s"
         f"  | waited median {statistics.median(waited):6.3f} s, sum {sum(waited):8.1f} s"
     )
+
+
+def by_step(holds, spans, t0: float, t1: float) -> list[tuple[str, int, float, float, float]]:
+    """Per named step of the lock's holds in the window, most held first: (mode:step, holds,
+    median held s, held s, s held while a timer waited): the last is what a shared step made
+    timers wait for (its overlap with the draining spans), the next thing to shorten."""
+    drains = [(a, b) for a, b, st in spans if st == "draining"]
+    rows: dict[str, list[float]] = {}
+    blocked: dict[str, float] = {}
+    for what, _pid, _asked, got, rel in holds:
+        if mode(what) not in ("exclusive", "shared") or not t0 <= got <= t1:
+            continue
+        key = f"{mode(what)}:{step(what)}"
+        rows.setdefault(key, []).append(rel - got)
+        if mode(what) == "shared":
+            over = sum(max(0.0, min(rel, b) - max(got, a)) for a, b in drains if a < rel and b > got)
+            blocked[key] = blocked.get(key, 0.0) + over
+    out = [(k, len(v), statistics.median(v), sum(v), blocked.get(k, 0.0)) for k, v in rows.items()]
+    return sorted(out, key=lambda r: -r[3])
 
 
 def report(trace: str, cpu_file: str | None, since: float | None, until: float | None) -> str:
@@ -179,6 +213,13 @@ def report(trace: str, cpu_file: str | None, since: float | None, until: float |
         )
     for kind in ("exclusive", "shared", "mem"):
         lines.append("  " + _hold_stats(holds, kind, t0, t1))
+    steps = by_step(holds, res["spans"], t0, t1)
+    if any(k.split(":", 1)[1] != "-" for k, *_ in steps):
+        lines.append("  per step (held s, and for shared steps the s held while a timer waited):")
+        for k, n, med, tot, blk in steps:
+            lines.append(
+                f"    {k:32s} holds {n:5d}  median {med:6.3f} s  sum {tot:8.1f} s  during drains {blk:7.1f} s"
+            )
     if bad:
         lines.append(f"  {len(bad)} line(s) of the trace did not parse and were left out")
     return "\n".join(lines)

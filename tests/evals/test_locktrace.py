@@ -94,3 +94,25 @@ def test_a_trace_that_cannot_be_written_says_so_and_the_job_goes_on(tmp_path, mo
     monkeypatch.setenv(TRACE_ENV, "1")
     trace_hold("shared", 0.0, 0.0)
     assert "GPU lock trace not written" in capsys.readouterr().err
+
+
+def test_named_steps_are_kept_apart_and_charged_with_the_drains_they_caused(tmp_path):
+    holds = [
+        ("shared:check.trial", 1, 0.0, 0.0, 4.0),  # held through the writer's 1-4 drain
+        ("exclusive:time.screen", 2, 1.0, 4.0, 5.0),
+        ("shared:compile.record", 3, 5.0, 5.0, 6.0),  # no writer waiting
+        ("mem3", 3, 5.0, 5.0, 6.0),
+        ("shared", 4, 8.0, 8.0, 10.0),  # an older trace's line: no step
+    ]
+    res = locktrace.sweep(holds)
+    assert res["secs"]["draining"] == pytest.approx(3.0) and res["secs"]["timing"] == pytest.approx(1.0)
+    rows = {r[0]: r[1:] for r in locktrace.by_step(holds, res["spans"], *res["window"])}
+    assert rows["shared:check.trial"] == pytest.approx((1, 4.0, 4.0, 3.0))
+    assert rows["shared:compile.record"] == pytest.approx((1, 1.0, 1.0, 0.0))
+    assert rows["exclusive:time.screen"][:3] == pytest.approx((1, 1.0, 1.0))
+    assert rows["shared:-"][0] == 1
+    trace = tmp_path / "t.trace"
+    trace.write_text("".join(f"{w} {p} {a} {g} {r}\n" for w, p, a, g, r in holds))
+    text = locktrace.report(str(trace), None, None, None)
+    assert "shared:check.trial" in text and "during drains     3.0 s" in text
+    assert "exclusive holds     1" in text  # the mode's totals count named holds too

@@ -188,11 +188,13 @@ def test_check_holds_the_gpu_lock_only_around_gpu_steps(tmp_path, monkeypatch):
     monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     holds: list[float] = []
+    steps: list[str | None] = []
     real = gpulock.gpu_lock.__wrapped__
 
-    def recording(exclusive):
+    def recording(exclusive, step=None):
         t0 = time.monotonic()
-        gen = real(exclusive)
+        steps.append(step)
+        gen = real(exclusive, step)
         try:
             yield next(gen)
         finally:
@@ -207,6 +209,7 @@ def test_check_holds_the_gpu_lock_only_around_gpu_steps(tmp_path, monkeypatch):
     job = _job("relu", "good/relu_good.py")
     assert run_compile(job)["ok"] and run_check(job)["accepted"]  # warm: imports, first compiles
     holds.clear()
+    steps.clear()
     t0 = time.monotonic()
     assert run_compile(job)["ok"]
     assert run_check(job)["accepted"]
@@ -215,3 +218,5 @@ def test_check_holds_the_gpu_lock_only_around_gpu_steps(tmp_path, monkeypatch):
     # scaled trial, the second shape: each its own short hold, none spanning the job
     assert len(holds) == 6, holds
     assert max(holds) < total / 2, (holds, total)
+    # each names its step for the lock's trace (evals/h200/locktrace.py's per-step table)
+    assert steps == ["compile.record", *["check.trial"] * 3, "check.scaled", "check.second_shape"]

@@ -142,7 +142,7 @@ def _dispatch_job(job) -> dict:
                 return run_time(job, benchmark=job.kind == "benchmark", runner=runner, staged_lock=True)
             if job.kind in ("compile", "check"):
                 return _dispatch_unlocked(job, runner)  # these take the shared lock around each GPU step
-            with gpu_lock(exclusive=False):
+            with gpu_lock(exclusive=False, step=f"job.{job.kind}"):
                 return _dispatch_unlocked(job, runner)
     finally:
         if runner is not None:

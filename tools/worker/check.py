@@ -405,14 +405,14 @@ class Checker:
         for k, seed in enumerate(seeds):
             name = str(k + 1) if k < 2 else f"{k + 1} (same tensors, new values)"
             try:
-                with gpu_lock(exclusive=False):
+                with gpu_lock(exclusive=False, step="check.trial"):
                     if k == 0:
                         self.ask("build", overrides=overrides, weight_seed=weight_seed)
                     shapes = self.one_call(task, name, seed, weight_seed, reuse=k >= 2)
             except Rejected as r:
                 if k == 0 or r.reason.split(":", 1)[0] not in ("mismatch", "nan_parity"):
                     raise
-                with gpu_lock(exclusive=False):
+                with gpu_lock(exclusive=False, step="check.fresh_instance"):
                     self.ask("build", overrides=overrides, weight_seed=weight_seed)
                     self.one_call(task, f"{k + 1} (fresh instance)", seed, weight_seed)
                 raise Rejected(
@@ -559,7 +559,7 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         # each call under its own hold.
         ck.sequence(task, overrides, seeds[:n_trials])
         lap("trials")
-        with gpu_lock(exclusive=False):
+        with gpu_lock(exclusive=False, step="check.scaled"):
             ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], overrides, transform="scaled")
         lap("trials")
         sizes = {**int_constants(job.task_source), **overrides}
@@ -568,7 +568,7 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
             # new sizes are new specialisations: compiled before the lock (runner.op_precompile)
             ck.ask("precompile", overrides=options[0])
             lap("second_shape_precompile")
-        with gpu_lock(exclusive=False):
+        with gpu_lock(exclusive=False, step="check.second_shape"):
             if not ck.second_shape(job, sizes, seeds[n_trials + 1]):
                 ck.stats["notes"].append("second shape skipped: no size constant could be changed")
         lap("second_shape")

@@ -366,7 +366,7 @@ def run_compile(job, runner: Any = None) -> dict[str, Any]:
                 pre = runner.request("precompile", overrides=dict(job.size_overrides))
             t_pre = time.monotonic()
             # The GPU lock (shared) covers only the recording call, not the sm_90 compile.
-            with gpu_lock(exclusive=False):
+            with gpu_lock(exclusive=False, step="compile.record"):
                 r = runner.request("record", **opts)
             t_rec = time.monotonic()
             if r.get("ok") and "report" not in r:

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 LOCK_ENV = "EGG_GPU_LOCK"
 # When set (to anything but "" or "0"), every hold of the lock and of memory shares appends one
 # line to `<lock>.trace`: "<what> <pid> <asked> <got> <released>" (epoch seconds; what is
-# exclusive, shared or mem<units>). `python -m evals.h200.locktrace` turns the lines into the
+# exclusive, shared or mem<units>, the lock's modes followed by ":<step>" where the holder named
+# the step it holds the lock for, e.g. shared:check.trial). `python -m evals.h200.locktrace` turns the lines into the
 # share of a run's wall time the GPU was held, drained for a writer, or free (issue 12's "make
 # the next bottleneck visible"). Off by default: one short append per hold, only when asked.
 TRACE_ENV = "EGG_GPU_TRACE"
@@ -111,7 +112,8 @@ _HELD = threading.local()
 
 
 @contextlib.contextmanager
-def gpu_lock(exclusive: bool) -> Iterator[None]:
+def gpu_lock(exclusive: bool, step: str | None = None) -> Iterator[None]:
+    """Hold the per-GPU lock, exclusively or shared; `step` names what for in the trace."""
     path = os.environ.get(LOCK_ENV)
     held = getattr(_HELD, "mode", None)
     if path and held == "shared" and exclusive:
@@ -136,7 +138,7 @@ def gpu_lock(exclusive: bool) -> Iterator[None]:
             yield
         finally:
             _HELD.mode = None
-            trace_hold(mode, asked, got)
+            trace_hold(f"{mode}:{step}" if step else mode, asked, got)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -239,8 +239,8 @@ def _time(
 ) -> dict[str, Any]:
     lap = Laps()
 
-    def locked(exclusive: bool):
-        return gpu_lock(exclusive) if staged_lock else contextlib.nullcontext()
+    def locked(exclusive: bool, step: str):
+        return gpu_lock(exclusive, step) if staged_lock else contextlib.nullcontext()
 
     opts = job.options
     kw = {"warmup_ms": float(opts.get("warmup_ms", 25)), "rep_ms": float(opts.get("rep_ms", 100))}
@@ -269,7 +269,7 @@ def _time(
     # lock, not inside it (tools/worker/evaluate.py)
     ensure_cuda_context()
     lap("load")
-    with locked(False), torch.no_grad():
+    with locked(False, "time.setup"), torch.no_grad():
         ref = ref_cpu.cuda().eval()
         del ref_cpu
         inputs = to_device(task.inputs(input_seed, "cuda"), "cuda")
@@ -320,7 +320,7 @@ def _time(
         lap("compile_warmup")
 
     pids = [os.getpid()] + ([runner.pid] if runner is not None and getattr(runner, "pid", 0) else [])
-    with locked(True), torch.no_grad(), timing_priority(pids, out):
+    with locked(True, "time.kept"), torch.no_grad(), timing_priority(pids, out):
         lap("wait_exclusive")
         if runner is not None:
             try:
@@ -426,7 +426,7 @@ def _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailu
     a contender gets in full after its check. The set-up the judge skips (the reference's first
     forward in a fresh process, 1.0 s median and 2.7 s at the 90th percentile on the H100 suite)
     held the GPU shared, and every timing job queued behind it."""
-    with locked(False), torch.no_grad():
+    with locked(False, "time.screen_first_call"), torch.no_grad():
         try:
             failed = runner.load(job)
             if failed is not None:
@@ -439,7 +439,7 @@ def _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailu
             return refuse(f.rule, f.message)
         lap("first_call")
     pids = [os.getpid()] + ([runner.pid] if getattr(runner, "pid", 0) else [])
-    with locked(True), torch.no_grad(), timing_priority(pids, out):
+    with locked(True, "time.screen"), torch.no_grad(), timing_priority(pids, out):
         lap("wait_exclusive")
         try:
             c = runner.request("time", cudagraph=False, **kw)
@@ -487,12 +487,12 @@ def compile_warmup_lock(gpu_lock: Any, out: dict[str, Any]):
         original = CachingAutotuner.benchmark_all_configs
     except (ImportError, AttributeError):
         out["compile_warmup_lock"] = "shared (no autotuner hook in this torch)"
-        with gpu_lock(False):
+        with gpu_lock(False, "time.compile_warmup"):
             yield
         return
 
     def benchmark_all_configs(self, *args, **kwargs):
-        with gpu_lock(True):
+        with gpu_lock(True, "time.inductor_autotune"):
             return original(self, *args, **kwargs)
 
     CachingAutotuner.benchmark_all_configs = benchmark_all_configs
