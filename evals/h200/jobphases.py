@@ -21,7 +21,9 @@ from evals.phases import _KV_RE
 KEYS = (
     "wall_s",
     "compile",
+    "load",
     "compile.precompile",
+    "compile.precompile_runner",
     "compile.record",
     "compile.compile_specs",
     "check",
@@ -42,6 +44,8 @@ KEYS = (
     "time.bench_candidate",
     "time.wall_check",
     "cuda_init",
+    "imports",
+    "runner_start",
     "startup_and_exit",
 )
 
