@@ -104,6 +104,11 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     ),
     # columns split along the reduced dim too (4 runs of 512 rows, the last ragged), then combined
     "colmean_split": ("rd08_mean_dim0_tall.py", {"ROWS": 2000, "COLS": 45}, "reduction", "split-columns"),
+    # many short rows, a tile of whole rows per program: a ragged last tile, rows of 45 (masked
+    # to 64), the product, the first index of the maximum, and min's values
+    "rows_prod": ("rd07_prod_dim1.py", {"ROWS": 300, "COLS": 45}, "reduction", "multi-row"),
+    "rows_argmax": ("rd03_argmax_lastdim.py", {"ROWS": 300, "COLS": 45}, "reduction", "multi-row"),
+    "rows_min": ("rd06_min_dim2.py", {"B": 3, "M": 7, "N": 45}, "reduction", "multi-row"),
     # Triton implicit-GEMM conv3d, first seed: TF32, channels-last input and output
     "conv3d_tf32_cl": (
         "cv04_conv3d.py",
@@ -120,6 +125,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mm_ta_kmajor": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_stages": 2},
     "bmm_persistent": {"KMAJOR": True, "BLOCK_M": 32, "BLOCK_N": 32, "num_stages": 2},
     "avgpool3d_rows": {"ROWS_OUT": 3, "BLOCK_W": 32},
+    "rows_prod": {"ROW_TILE": 512},  # 8 rows of 64 per tile: 38 programs, the last ragged
     **{
         case: {
             "algorithm": "tiled-presplit",
@@ -525,3 +531,18 @@ def test_reduction_splits_few_long_columns(descs):
     assert fam.algorithms(tall)[0] == "split-columns"
     assert fam.algorithms(wide)[0] == "columns"
     assert "red_col_final_kernel[" in _reply(descs, "colmean_split").source
+
+
+def test_reduction_tiles_many_short_rows(descs):
+    fam, plan = _plan(descs, "rows_prod")
+    short = dataclasses.replace(plan, outer=65536, rlen=64, inner=1)
+    long = dataclasses.replace(plan, outer=65536, rlen=4096, inner=1)
+    assert fam.algorithms(short) == ["multi-row", "one-pass"]
+    assert "multi-row" not in fam.algorithms(long)
+    assert "multi-row" not in fam.algorithms(dataclasses.replace(short, op="logsumexp"))
+    src = _reply(descs, "rows_prod").source
+    # rows longer than a tile holds (another shape of the same module) take the one-pass kernel
+    assert "red_rows_kernel[" in src and "red_row_kernel[" in src
+    assert "ROW_TILE" in fam.space(
+        short, fam.defaults(short, "multi-row") | {"algorithm": "multi-row"}, "mapping", {}
+    )

@@ -8,7 +8,10 @@ The reduced dims are viewed as (outer, R, inner):
               rows to fill the GPU — algorithm "split-row" (sum/mean/max/min/prod only)
   inner  > 1: column-tiled kernel, tiles [BLOCK_R, BLOCK_I] with coalesced loads along inner
 Algorithms (seeds): "split-row" (chunked when rows are few, else one pass), "one-pass" (one
-program per row, no second stage).
+program per row, no second stage), "multi-row" (short rows, R <= MULTI_ROW_MAX: ROW_TILE elements
+of [BLOCK_M rows, BLOCK_N columns] per program, reduced along the columns; one program per row of
+64 values loaded 256 bytes with 256 threads and reached 13% of the bandwidth roof, H100 suite
+rd07, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -189,7 +192,27 @@ def match(view: GraphView) -> RedPlan | None:
 SMS = 132  # an H200's SMs: shapes are sized against it (the launchers read the real count)
 
 
+# Rows up to this long are offered the multi-row kernel (a whole row in one [BLOCK_M, BLOCK_N]
+# tile); longer rows fill a program on their own.
+MULTI_ROW_MAX = 1024
+
+
+def _multi_row(plan: RedPlan) -> bool:
+    """Whether the multi-row kernel covers this reduction: rows (inner == 1) of at most
+    MULTI_ROW_MAX values, enough of them to fill more than one tile, and an op it reduces."""
+    kind = "sum" if plan.op in ("mean", "batchmean") else plan.op
+    return (
+        plan.inner == 1
+        and plan.rlen <= MULTI_ROW_MAX
+        and plan.outer > 1
+        and (kind in _COMB or kind in ("argmax", "argmin"))
+    )
+
+
 def algorithms(plan: RedPlan) -> list[str]:
+    if _multi_row(plan):
+        # many short rows: a tile of rows per program first; one row per program stays a seed
+        return ["multi-row", "one-pass"]
     if plan.inner > 1:
         if plan.op not in SPLITTABLE:
             return ["columns"]
@@ -207,6 +230,8 @@ def defaults(plan: RedPlan, algorithm: str) -> dict[str, Any]:
     out = {"BLOCK_N": 2048 if plan.inner == 1 else 1024, "num_warps": 8, "ROWS": 1}
     if algorithm.startswith("split-"):
         out["PROGS_PER_SM"] = 4  # the split aims at 4 programs per SM
+    if algorithm == "multi-row":
+        out.update(ROW_TILE=4096, num_warps=4)  # elements per program: 16 KiB of fp32
     return out
 
 
@@ -221,6 +246,10 @@ def space(plan: RedPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
     sp.pop("ROWS", None)
     if params["algorithm"].startswith("split-") and stage == "mapping":
         sp["PROGS_PER_SM"] = [8, 2, 16]
+    if params["algorithm"] == "multi-row":
+        sp.pop("BLOCK_N", None)  # a whole row per tile: BLOCK_N is the row's power of two
+        if stage == "mapping":
+            sp["ROW_TILE"] = [2048, 8192, 16384]
     if plan.inner > 1:
         sp.pop("BLOCK_N", None)  # the column kernel sizes its own tiles
     return sp
@@ -343,6 +372,45 @@ def _row_kernel(plan: RedPlan) -> str:
         f"{tens}out_ptr, part_ptr, R, chunk, n_chunks, div{scal}, BLOCK_N: tl.constexpr, FINAL: tl.constexpr"
     )
     return "@triton.jit\ndef red_row_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+
+
+def _rows_kernel(plan: RedPlan) -> str:
+    """The multi-row kernel: BLOCK_M whole rows (BLOCK_N >= R) per program, reduced along axis 1
+    of the tile; the prologue and epilogue are elementwise, so they apply to tiles as to rows."""
+    tens, scal = _leaf_sig(plan)
+    op = plan.op
+    L = [
+        "rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)",
+        "cols = tl.arange(0, BLOCK_N)",
+        "rmask = rows < n_rows",
+        "mask = rmask[:, None] & (cols[None, :] < R)",
+        "offs = rows[:, None] * R + cols[None, :]",
+    ]
+    vals, v = _value_lines(plan, "offs", "mask")
+    L += vals
+    if op in ("argmax", "argmin"):
+        ident = "-float('inf')" if op == "argmax" else "float('inf')"
+        L += [
+            f"v = tl.where(mask, {v}, {ident})",
+            f"m = {'tl.max' if op == 'argmax' else 'tl.min'}(v, 1)",
+            # the first index holding the extreme value, as torch returns
+            "idx = cols[None, :].to(tl.int64) + tl.zeros([BLOCK_M, BLOCK_N], tl.int64)",
+            "r = tl.min(tl.where(v == m[:, None], idx, R), 1)",
+            "tl.store(out_ptr + rows, r, mask=rmask)",
+        ]
+    else:
+        kind = "sum" if op in ("mean", "batchmean") else op
+        ident, _comb, red = _COMB[kind]
+        epi, last = _epi(plan, "rf")
+        L += [
+            f"v = tl.where(mask, {v}, {ident})",
+            "r = " + red.format(a="v", ax=1),
+            f"rf = {_final_value(plan, 'r', 'R')}",
+            *epi,
+            f"tl.store(out_ptr + rows, {last}.to(out_ptr.dtype.element_ty), mask=rmask)",
+        ]
+    sig = f"{tens}out_ptr, n_rows, R, div{scal}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr"
+    return "@triton.jit\ndef red_rows_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
 
 
 def _final_kernel(plan: RedPlan) -> str:
@@ -481,6 +549,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
     leaves0 = leaves[0]
     split = plan.op in SPLITTABLE
     kernels = [ewops.HELPERS, HELPERS, _row_kernel(plan), _col_kernel(plan)]
+    if algo == "multi-row":
+        kernels.append(_rows_kernel(plan))
     for fin in (_final_kernel(plan), _col_final_kernel(plan)):
         if fin:
             kernels.append(fin)
@@ -546,6 +616,18 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
             f"div{scall}, BLOCK_R=block_r, BLOCK_I=block_i, FINAL=False, num_warps=4)",
             f"        red_col_final_kernel[(triton.cdiv(n_out, 1024),)](part, out, n_chunks, n_out, div{scall}, "
             "BLOCK=1024, num_warps=4)",
+            "        return out",
+        ]
+    if algo == "multi-row":
+        tile = int(params.get("ROW_TILE", 4096))
+        L += [
+            # whole rows per tile (shapes other than the described one may have longer rows:
+            # those take the one-pass kernel below)
+            f"    if R <= {MULTI_ROW_MAX}:",
+            "        block_n = triton.next_power_of_2(R)",
+            f"        block_m = max(1, {tile} // block_n)",
+            f"        red_rows_kernel[(triton.cdiv(outer, block_m),)]({', '.join(leaves)}, out, outer, R, div{scall}, "
+            f"BLOCK_M=block_m, BLOCK_N=block_n, num_warps={warps})",
             "        return out",
         ]
     L += [f"    block = min({block}, triton.next_power_of_2(R))"]
