@@ -400,17 +400,31 @@ def _rows_kernel(plan: RedPlan) -> str:
         ]
     else:
         kind = "sum" if op in ("mean", "batchmean") else op
-        ident, _comb, red = _COMB[kind]
-        epi, last = _epi(plan, "rf")
         L += [
-            f"v = tl.where(mask, {v}, {ident})",
-            "r = " + red.format(a="v", ax=1),
-            f"rf = {_final_value(plan, 'r', 'R')}",
-            *epi,
-            f"tl.store(out_ptr + rows, {last}.to(out_ptr.dtype.element_ty), mask=rmask)",
+            f"v = tl.where(mask, {v}, {_COMB[kind][0]})",
+            *_reduce_and_store(plan, kind, "v", 1, "rows", "rmask"),
         ]
     sig = f"{tens}out_ptr, n_rows, R, div{scal}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr"
-    return "@triton.jit\ndef red_rows_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return _jit("red_rows_kernel", sig, L)
+
+
+def _reduce_and_store(
+    plan: RedPlan, kind: str, src: str, ax: int, at: str, mask: str | None = None
+) -> list[str]:
+    """Kernel lines: `src` reduced along `ax`, the final value (mean's division), the epilogue,
+    stored at out_ptr + `at`."""
+    epi, last = _epi(plan, "rf")
+    masked = f", mask={mask}" if mask else ""
+    return [
+        "r = " + _COMB[kind][2].format(a=src, ax=ax),
+        f"rf = {_final_value(plan, 'r', 'R')}",
+        *epi,
+        f"tl.store(out_ptr + {at}, {last}.to(out_ptr.dtype.element_ty){masked})",
+    ]
+
+
+def _jit(name: str, sig: str, lines: list[str]) -> str:
+    return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + x for x in lines) + "\n"
 
 
 def _final_kernel(plan: RedPlan) -> str:
@@ -418,21 +432,16 @@ def _final_kernel(plan: RedPlan) -> str:
     kind = "sum" if plan.op in ("mean", "batchmean") else plan.op
     if kind not in _COMB:
         return ""
-    ident, comb, red = _COMB[kind]
     _, scal = _leaf_sig(plan)
-    epi, last = _epi(plan, "rf")
     L = [
         "row = tl.program_id(0).to(tl.int64)",
         "offs = tl.arange(0, BLOCK_C)",
         "mask = offs < n_chunks",
-        f"p = tl.load(part_ptr + row * n_chunks + offs, mask=mask, other={ident})",
-        "r = " + red.format(a="p", ax=0),
-        f"rf = {_final_value(plan, 'r', 'R')}",
-        *epi,
-        f"tl.store(out_ptr + row, {last}.to(out_ptr.dtype.element_ty))",
+        f"p = tl.load(part_ptr + row * n_chunks + offs, mask=mask, other={_COMB[kind][0]})",
+        *_reduce_and_store(plan, kind, "p", 0, "row"),
     ]
     sig = f"part_ptr, out_ptr, R, n_chunks, div{scal}, BLOCK_C: tl.constexpr"
-    return "@triton.jit\ndef red_final_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return _jit("red_final_kernel", sig, L)
 
 
 def _col_kernel(plan: RedPlan) -> str:
