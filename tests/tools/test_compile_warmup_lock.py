@@ -14,7 +14,7 @@ def test_only_the_autotuners_benchmarks_hold_the_lock_exclusively(monkeypatch):
     events: list[str] = []
 
     @contextlib.contextmanager
-    def lock(exclusive: bool):
+    def lock(exclusive: bool, step: str | None = None):
         events.append(f"take {'exclusive' if exclusive else 'shared'}")
         yield
         events.append("release")
@@ -46,7 +46,7 @@ def test_without_the_hook_the_whole_warmup_holds_the_lock_shared(monkeypatch):
     events: list[bool] = []
 
     @contextlib.contextmanager
-    def lock(exclusive: bool):
+    def lock(exclusive: bool, step: str | None = None):
         events.append(exclusive)
         yield
 
