@@ -286,6 +286,11 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
         print("precompile:", pre, {k: v for k, v in payload["phases"].items() if "precompile" in k})
         assert pre["kernels"] >= 1 and isinstance(pre.get("cuda_context"), bool)
         assert "load" in payload["phases"] and "compile.precompile_runner" in payload["phases"]
+        # the recording call's model was built then too: under the lock it is only moved and run
+        assert pre.get("record_model_staged") is not None, pre
+        assert (
+            "compile.record.forward" in payload["phases"] and "compile.record.build" not in payload["phases"]
+        )
 
 
 @needs_cuda

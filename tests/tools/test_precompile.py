@@ -27,12 +27,14 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _precompile(candidate_source: str, tmp_path) -> dict:
+def _precompile(candidate_source: str, tmp_path, script: str = _SCRIPT) -> dict:
+    """`script` run under Triton's interpreter on the relu task and this candidate: its last
+    line of output, as JSON."""
     cand = tmp_path / "cand.py"
     cand.write_text(candidate_source)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(CORPUS / "tasks" / "relu.py"), str(cand)],
+        [sys.executable, "-c", script, str(CORPUS / "tasks" / "relu.py"), str(cand)],
         env=env,
         capture_output=True,
         text=True,
@@ -156,3 +158,35 @@ def test_launcher_not_built_for_loaded_or_missing_kernels_or_where_it_cannot_be(
     assert drv.built == []
     # no libcuda (this host): not built here, the first launch builds it as before
     assert _with_driver(_Driver(fail=True), lambda: build_launcher(kernel)) == 0
+
+
+_STAGE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from tools.worker.compile_job import record_launches
+    from tools.worker.runner import Runner
+    r = Runner("cpu", -1, -1)
+    task, cand = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+    assert r.op_load({"task_source": task, "candidate_source": cand, "overrides": {"BATCH": 48}})["ok"]
+    r.device = "cuda"  # the staging is for GPU jobs; the model itself is built on the CPU
+    other = r._stage_record_model(r._task({"BATCH": 64}))  # a second shape's precompile: not staged
+    staged = r._stage_record_model(r.task)
+    model = r.record_model
+    r.device = "cpu"
+    with_model = record_launches(cand, r.mod, r.task, "cpu", {}, model=model)
+    without = record_launches(cand, r.mod, r.task, "cpu", {})
+    print(json.dumps({"other": other, "staged": staged, "with": sorted(with_model["phases"]),
+                      "without": sorted(without["phases"]), "ok": [with_model["ok"], without["ok"]]}))
+    """
+)
+
+
+def test_the_recording_model_is_built_before_the_lock_and_used_by_the_recording(tmp_path):
+    """runner._stage_record_model (sent with the precompile, before the job's GPU lock) builds the
+    recording call's ModelNew on the CPU; record_launches then only moves it to the device, and
+    says where its seconds went."""
+    rep = _precompile((CORPUS / "good" / "relu_good.py").read_text(), tmp_path, _STAGE_SCRIPT)
+    assert rep["other"] == {} and rep["staged"]["record_model_staged"] >= 0
+    assert rep["ok"] == [True, True]
+    assert rep["with"] == ["forward", "inputs", "to_device"]  # built before: no build here
+    assert rep["without"] == ["build", "forward", "inputs", "to_device"]

@@ -39,6 +39,9 @@ def test_a_request_sent_ahead_is_answered_when_its_reply_is_read():
         assert r.pending is None and r.seconds["precompile"] >= 0
         # the channel is in step again: the next request gets its own reply
         assert r.request("release")["op"] == "release"
+        # a reply's own parts are kept per request as "<op>.<part>" (the check reports them)
+        assert r.request("build", overrides={"BATCH": 48}, weight_seed=1)["ok"]
+        assert {"build", "build.cpu", "build.to_device"} <= set(r.seconds)
 
 
 def test_start_precompile_is_for_gpu_jobs_only_and_run_compile_reads_its_reply(monkeypatch):
@@ -63,3 +66,28 @@ def test_a_failed_load_is_the_same_failure_when_asked_again():
         assert r.load(job) is first and r.seconds.get("load") == loads  # not imported again
         rep = run_compile(job, r)
         assert rep["ok"] is False and "broken at import" in rep["error"]
+
+
+def test_a_runners_parts_of_its_seconds_are_kept_only_as_plain_names_and_numbers(monkeypatch):
+    """The parts are the runner's claim (a hostile candidate's process may forge them): they
+    reach the job's phases and its log line, so odd names, non-numbers and floods are dropped."""
+    job = _job((CORPUS / "good" / "relu_good.py").read_text())
+    with RunnerProcess(job, timeout_s=120) as r:
+        forged = {
+            "ok": True,
+            "seconds": 0.5,
+            "phases": {
+                "forward": 0.25,
+                "x accepted=True": 1.0,  # would add a field to the log line
+                "cpu": "fast",
+                "to_device": True,
+                "inputs": float("nan"),
+                **{f"p{i}": 0.1 for i in range(20)},
+            },
+        }
+        monkeypatch.setattr(r, "_recv", lambda timeout_s, op: forged)
+        r.pending = "record"
+        assert r.finish("record") is forged
+        parts = {k for k in r.seconds if k.startswith("record.")}
+        assert parts <= {"record.forward", "record.p0", "record.p1", "record.p2"}
+        assert "record.forward" in parts and len(parts) <= 8

@@ -238,6 +238,22 @@ class Checker:
         # memory goes, for the memory admission (tools/worker/gpumem.py).
         self.memory: dict[str, int] = {}
         self._cuda = self.device == "cuda" and torch.cuda.is_available()
+        # (task, weight seed) -> the reference Model built on the CPU and the CPU generator's
+        # state right after, made by `stage` before the GPU lock is taken (one at a time)
+        self._staged: dict[tuple[int, int], tuple[torch.nn.Module, torch.Tensor]] = {}
+
+    def stage(self, task: LoadedTask, weight_seed: int) -> None:
+        """Build the reference for `weight_seed` on the CPU now, outside any GPU lock: a model's
+        weights are initialised on the CPU, seconds for a large one, and a trial holds the lock
+        shared while it runs, keeping every waiting timer off the GPU. `reference` then copies it
+        to the device. The same model and random state as building it there (see reference)."""
+        key = (id(task), weight_seed)
+        if key in self._staged:
+            return
+        with self.step("judge.stage_reference"):
+            torch.manual_seed(weight_seed)
+            model = task.module.Model(*task.init_args())
+            self._staged = {key: (model, torch.get_rng_state())}
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -283,9 +299,17 @@ class Checker:
         return reply
 
     def reference(self, task: LoadedTask, weight_seed: int, inputs: list[Any]) -> tuple[list[Any], list[Any]]:
-        init = task.init_args()
+        staged = self._staged.get((id(task), weight_seed))
         torch.manual_seed(weight_seed)
-        ref = task.module.Model(*init).to(self.device).eval()
+        if staged is None:
+            ref = task.module.Model(*task.init_args()).to(self.device).eval()
+        else:
+            # a copy of the staged model (a forward may change a module's state), and the CPU
+            # generator where building it left it; the GPU's stays as manual_seed set it, as
+            # building on the CPU never draws from it
+            model, cpu_state = staged
+            torch.set_rng_state(cpu_state)
+            ref = copy.deepcopy(model).to(self.device).eval()
         ref64 = copy.deepcopy(ref).double()
         with torch.no_grad():
             # float64 first: its upcast inputs are gone before the native forward's outputs
@@ -381,9 +405,18 @@ class Checker:
             raise Rejected(f"sandbox.protocol: trial {name} output {i}: {e}") from None
 
     def trial(
-        self, task: LoadedTask, name: str, seed: int, overrides: dict[str, int], transform=None
+        self,
+        task: LoadedTask,
+        name: str,
+        seed: int,
+        overrides: dict[str, int],
+        transform=None,
+        weight_seed: int | None = None,
     ) -> None:
-        weight_seed = secrets.randbits(31)
+        """One trial on a fresh instance; `weight_seed` drawn here unless the caller drew (and
+        staged) it before taking the GPU lock."""
+        if weight_seed is None:
+            weight_seed = secrets.randbits(31)
         self.ask("build", overrides=overrides, weight_seed=weight_seed)
         shapes = self.one_call(task, name, seed, weight_seed, transform=transform)
         self.shapes.append({"trial": name, "sizes": dict(task.sizes), "inputs": shapes})
@@ -402,6 +435,7 @@ class Checker:
         2026-12-06: a check's trials took 3.1 s median under one hold, 8 s at most, and the GPU
         was drained for waiting timers 40% of the run's wall time)."""
         weight_seed = secrets.randbits(31)
+        self.stage(task, weight_seed)  # before the first hold: every trial here uses it
         for k, seed in enumerate(seeds):
             name = str(k + 1) if k < 2 else f"{k + 1} (same tensors, new values)"
             try:
@@ -559,8 +593,17 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         # each call under its own hold.
         ck.sequence(task, overrides, seeds[:n_trials])
         lap("trials")
+        scaled_weights = secrets.randbits(31)
+        ck.stage(task, scaled_weights)
         with gpu_lock(exclusive=False, step="check.scaled"):
-            ck.trial(task, "scaled(x*3-0.5)", seeds[n_trials], overrides, transform="scaled")
+            ck.trial(
+                task,
+                "scaled(x*3-0.5)",
+                seeds[n_trials],
+                overrides,
+                transform="scaled",
+                weight_seed=scaled_weights,
+            )
         lap("trials")
         sizes = {**int_constants(job.task_source), **overrides}
         options = second_shape_options(sizes)

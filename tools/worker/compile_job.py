@@ -230,9 +230,13 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
     return {"ok": True, "kernels": kernels}
 
 
-def record_launches(source: str, mod: Any, task: Any, device: str, options: dict[str, Any]) -> dict[str, Any]:
+def record_launches(
+    source: str, mod: Any, task: Any, device: str, options: dict[str, Any], model: Any = None
+) -> dict[str, Any]:
     """Record how ModelNew.forward launches its kernels: {"ok": True, "specs": [...]}, or a failed
-    compile report. The only step of compiling that runs on the GPU.
+    compile report. The only step of compiling that runs on the GPU. `model`: ModelNew(*init)
+    already built on the CPU under seed 0 (runner._stage_record_model), else built here. The
+    result's "phases" say where the seconds went (build, to_device, inputs, forward).
 
     Runs in the runner (tools/worker/runner.py): it imports and runs the candidate."""
     import torch
@@ -241,14 +245,29 @@ def record_launches(source: str, mod: Any, task: Any, device: str, options: dict
 
     t0 = time.monotonic()
     launches: list[Any] = []
+    phases: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.monotonic()
+        phases[name] = round(now - since, 4)
+        return now
+
     try:
-        init = task.init_args()
-        torch.manual_seed(0)
-        model = mod.ModelNew(*init).to(device).eval()
+        t = t0
+        if model is None:
+            torch.manual_seed(0)
+            model = mod.ModelNew(*task.init_args())
+            t = lap("build", t)
+        model = model.to(device).eval()
+        t = lap("to_device", t)
         inputs = to_device(task.inputs(0, device), device)
+        t = lap("inputs", t)
         with torch.no_grad(), launch_log(record_args=True) as log:
             launches = log.launches
             model(*inputs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        lap("forward", t)
     except Exception as e:
         from_triton = "triton" in type(e).__module__ or "InterpreterError" in type(e).__name__
         recorded = [x for x in launches if x.module == mod.__name__]
@@ -286,7 +305,13 @@ def record_launches(source: str, mod: Any, task: Any, device: str, options: dict
             specs.append(spec)
             compiled.append(launch.compiled)
     # `compiled` stays in the runner (op_record): the kernels the JIT built for these launches
-    return {"ok": True, "specs": specs, "compiled": compiled, "seconds": time.monotonic() - t0}
+    return {
+        "ok": True,
+        "specs": specs,
+        "compiled": compiled,
+        "seconds": time.monotonic() - t0,
+        "phases": phases,
+    }
 
 
 def report_from_jit(specs: list[dict[str, Any]], compiled: list[Any]) -> dict[str, Any] | None:
@@ -369,6 +394,7 @@ def run_compile(job, runner: Any = None) -> dict[str, Any]:
             with gpu_lock(exclusive=False, step="compile.record"):
                 r = runner.request("record", **opts)
             t_rec = time.monotonic()
+            rec_parts = r.get("phases") if isinstance(r.get("phases"), dict) else {}
             if r.get("ok") and "report" not in r:
                 r = runner.request("compile", **opts)
         except RunnerFailure as f:
@@ -388,11 +414,12 @@ def run_compile(job, runner: Any = None) -> dict[str, Any]:
             "precompile": round(t_pre - t0, 3),
             "record": round(t_rec - t_pre, 3),
             "compile_specs": round(time.monotonic() - t_rec, 3),
+            # the runner's parts of the recording call (held under the shared GPU lock)
+            **{f"record.{k}": v for k, v in rec_parts.items() if isinstance(v, (int, float))},
         }
         if pre:
-            report["precompiled"] = {
-                k: pre[k] for k in ("kernels", "launchers", "stopped", "cuda_context") if k in pre
-            }
+            keep = ("kernels", "launchers", "stopped", "cuda_context", "record_model_staged", "stage_error")
+            report["precompiled"] = {k: pre[k] for k in keep if k in pre}
             # the runner's own seconds: more than phases["precompile"] where it ran meanwhile
             report["phases"]["precompile_runner"] = round(float(pre.get("seconds") or 0.0), 3)
         return report

@@ -11,6 +11,7 @@ what it printed. Both are the candidate's fault, reported as such by the callers
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -65,6 +66,10 @@ def confinement_for(job: Any, timeout_s: float) -> confine.Confinement:
         hide=confine.secret_dirs([opts["egg_home"]] if opts.get("egg_home") else []),
         uid=confine.job_uid(os.getpid()) if root and _runtime_readable() else None,
     )
+
+
+# the names a runner may give the parts of a request's seconds (RunnerProcess.finish)
+_PART_NAME = re.compile(r"[a-z][a-z_]{0,23}")
 
 
 class RunnerProcess:
@@ -173,6 +178,20 @@ class RunnerProcess:
         self.pending = None
         reply = self._recv(min(timeout_s or self.left(), self.left()), op)
         self.seconds[op] = round(self.seconds.get(op, 0.0) + float(reply.get("seconds") or 0.0), 3)
+        phases = reply.get("phases")
+        if isinstance(phases, dict):
+            # The runner's own parts of the request, as "<op>.<part>": its claim, a diagnostic
+            # only (like peak_bytes), so a few plain names and finite numbers are all it keeps.
+            for k, v in list(phases.items())[:8]:
+                if (
+                    isinstance(k, str)
+                    and _PART_NAME.fullmatch(k)
+                    and isinstance(v, (int, float))
+                    and not isinstance(v, bool)
+                    and 0 <= v < 1e6
+                ):
+                    key = f"{op}.{k}"
+                    self.seconds[key] = round(self.seconds.get(key, 0.0) + float(v), 4)
         if isinstance(reply.get("peak_bytes"), int):
             # the runner's claim, used only to size memory admission for later jobs
             self.peak_bytes = max(self.peak_bytes, reply["peak_bytes"])

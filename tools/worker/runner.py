@@ -156,6 +156,7 @@ class Runner:
         self.inputs: list[Any] = []
         self.specs: list[dict[str, Any]] = []
         self.compiled: list[Any] = []  # the JIT's kernels for self.specs (GPU)
+        self.record_model: Any = None  # the recording call's ModelNew, built before the lock
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -182,6 +183,7 @@ class Runner:
 
         task = self._task(m.get("overrides") or {})
         done = launchers = 0
+        staged = self._stage_record_model(task)
         try:
             with compile_only() as state, torch.no_grad(), torch.device("meta"):
                 init = task.init_args()
@@ -197,9 +199,27 @@ class Runner:
                 "kernels": done,
                 "launchers": launchers,
                 "stopped": one_line(e)[:300],
+                **staged,
                 **self._context_note(),
             }
-        return {"ok": True, "kernels": done, "launchers": launchers, **self._context_note()}
+        return {"ok": True, "kernels": done, "launchers": launchers, **staged, **self._context_note()}
+
+    def _stage_record_model(self, task: Any) -> dict[str, Any]:
+        """Build the recording call's ModelNew on the CPU now, before the judge takes the GPU lock
+        for the recording (op_record then only moves it to the GPU): building a model initialises
+        its weights on the CPU, work a shared hold of the lock kept every waiting timer from. Only
+        for the task the runner loaded (not a second shape's precompile), before any recording.
+        {"record_model_staged": seconds} or {"record_model_staged": None, "stage_error": why}."""
+        if self.device != "cuda" or task is not self.task or self.specs:
+            return {}
+        t0 = time.monotonic()
+        try:
+            torch.manual_seed(0)  # record_launches's seed
+            self.record_model = self.mod.ModelNew(*task.init_args())
+        except (Exception, SystemExit) as e:  # record_launches builds it again and reports it
+            self.record_model = None
+            return {"record_model_staged": None, "stage_error": one_line(e)[:200]}
+        return {"record_model_staged": round(time.monotonic() - t0, 4)}
 
     def _context_note(self) -> dict[str, Any]:
         """{"cuda_context": bool} on a GPU: whether compiling made this process's CUDA context
@@ -218,12 +238,13 @@ class Runner:
         """Record the kernels' launches (a GPU step). A failure is the compile report itself."""
         from tools.worker.compile_job import record_launches
 
-        res = record_launches(self.source, self.mod, self.task, self.device, m)
+        staged, self.record_model = self.record_model, None
+        res = record_launches(self.source, self.mod, self.task, self.device, m, model=staged)
         if not res.get("ok"):
-            return {"ok": True, "report": res}
+            return {"ok": True, "report": res, "phases": res.get("phases") or {}}
         self.specs = res["specs"]
         self.compiled = res.get("compiled") or []
-        return {"ok": True}
+        return {"ok": True, "phases": res.get("phases") or {}}
 
     def op_compile(self, m: dict[str, Any]) -> dict[str, Any]:
         """The compile report of the recorded launches: on a GPU from the kernels the recording
@@ -249,6 +270,7 @@ class Runner:
         return {"ok": True}
 
     def op_build(self, m: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.monotonic()
         task = self._task(m.get("overrides") or {})
         seed = int(m["weight_seed"])
         init = task.init_args()
@@ -263,10 +285,15 @@ class Runner:
             raise Refused("load.error", "ModelNew is not a torch.nn.Module")
         copy_weights(ref, cand)
         del ref
+        t_cpu = time.monotonic()
         self.model = cand.to(self.device).eval()
         self.task = task
         self.inputs = []
-        return {"ok": True}
+        # where a build's seconds go: the two models made on the CPU, then the move to the GPU
+        return {
+            "ok": True,
+            "phases": {"cpu": round(t_cpu - t0, 4), "to_device": round(time.monotonic() - t_cpu, 4)},
+        }
 
     def op_call(self, m: dict[str, Any]) -> dict[str, Any]:
         # The last call's inputs stay alive while this call's are made, so new tensors never
