@@ -172,10 +172,19 @@ _STAGE_SCRIPT = textwrap.dedent(
     other = r._stage_record_model(r._task({"BATCH": 64}))  # a second shape's precompile: not staged
     staged = r._stage_record_model(r.task)
     model = r.record_model
+    class OnGpu(r.mod.ModelNew):  # a constructor that makes a CUDA tensor: not staged
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.w = torch.ones(3, device="cuda")
+    import torch
+    real, r.mod.ModelNew = r.mod.ModelNew, OnGpu
+    refused = r._stage_record_model(r.task)
+    refused["kept"] = r.record_model is not None
+    r.mod.ModelNew = real
     r.device = "cpu"
     with_model = record_launches(cand, r.mod, r.task, "cpu", {}, model=model)
     without = record_launches(cand, r.mod, r.task, "cpu", {})
-    print(json.dumps({"other": other, "staged": staged, "with": sorted(with_model["phases"]),
+    print(json.dumps({"other": other, "staged": staged, "refused": refused, "with": sorted(with_model["phases"]),
                       "without": sorted(without["phases"]), "ok": [with_model["ok"], without["ok"]]}))
     """
 )
@@ -187,6 +196,8 @@ def test_the_recording_model_is_built_before_the_lock_and_used_by_the_recording(
     says where its seconds went."""
     rep = _precompile((CORPUS / "good" / "relu_good.py").read_text(), tmp_path, _STAGE_SCRIPT)
     assert rep["other"] == {} and rep["staged"]["record_model_staged"] >= 0
+    assert rep["refused"]["record_model_staged"] is None and not rep["refused"]["kept"]
+    assert rep["refused"]["stage_error"]  # refused (here torch has no CUDA at all)
     assert rep["ok"] == [True, True]
     assert rep["with"] == ["forward", "inputs", "to_device"]  # built before: no build here
     assert rep["without"] == ["build", "forward", "inputs", "to_device"]

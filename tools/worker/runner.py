@@ -212,13 +212,21 @@ class Runner:
         {"record_model_staged": seconds} or {"record_model_staged": None, "stage_error": why}."""
         if self.device != "cuda" or task is not self.task or self.specs:
             return {}
+        from tools.worker.common import compile_only
+
         t0 = time.monotonic()
+        self.record_model = None
         try:
-            torch.manual_seed(0)  # record_launches's seed
-            self.record_model = self.mod.ModelNew(*task.init_args())
+            # Nothing may run on the GPU here, outside the lock: a constructor that makes CUDA
+            # tensors or launches a kernel is left to be built under the lock, as before.
+            with compile_only() as state:
+                torch.manual_seed(0)  # record_launches's seed
+                model = self.mod.ModelNew(*task.init_args())
+                if state["kernels"]:
+                    raise RuntimeError("ModelNew() launches a kernel")
         except (Exception, SystemExit) as e:  # record_launches builds it again and reports it
-            self.record_model = None
             return {"record_model_staged": None, "stage_error": one_line(e)[:200]}
+        self.record_model = model
         return {"record_model_staged": round(time.monotonic() - t0, 4)}
 
     def _context_note(self) -> dict[str, Any]:
