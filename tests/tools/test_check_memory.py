@@ -36,7 +36,7 @@ def _checker(monkeypatch, alive_at_reference: list[int]):
         return out
 
     ck._staged = {}
-    monkeypatch.setattr(ck, "stage", lambda task, weight_seed: None, raising=False)  # no Model here
+    monkeypatch.setattr(ck, "stage", lambda task, weight_seed, overrides=None: None, raising=False)
     monkeypatch.setattr(ck, "ask", lambda *a, **k: {"ok": True}, raising=False)
     monkeypatch.setattr(ck, "inputs", lambda task, seed, transform: [torch.randn(64)], raising=False)
     monkeypatch.setattr(ck, "reference", reference, raising=False)

@@ -25,7 +25,7 @@ class _Fake:
         ck.stats = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False, "notes": []}
         ck.device = "cpu"
         ck._staged = {}
-        ck.stage = lambda task, weight_seed: None  # the reference is faked below: nothing to build
+        ck.stage = lambda task, weight_seed, overrides=None: None  # the reference is faked below
         self.ck, self.instance, self.calls_on_instance = ck, 0, 0
         self.references = self.forwards = 0
         self.log: list[tuple[str, int, bool]] = []

@@ -291,6 +291,10 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
         assert (
             "compile.record.forward" in payload["phases"] and "compile.record.build" not in payload["phases"]
         )
+    # the check's first trial built the candidate's CPU part before its hold (runner.op_stage)
+    assert (
+        "check.runner.stage" in contender["phases"] and "check.judge.stage_reference" in contender["phases"]
+    )
 
 
 @needs_cuda

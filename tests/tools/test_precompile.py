@@ -27,14 +27,14 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _precompile(candidate_source: str, tmp_path, script: str = _SCRIPT) -> dict:
-    """`script` run under Triton's interpreter on the relu task and this candidate: its last
-    line of output, as JSON."""
+def _precompile(candidate_source: str, tmp_path, script: str = _SCRIPT, task: str = "relu") -> dict:
+    """`script` run under Triton's interpreter on `task` (tests/corpus/tasks) and this
+    candidate: its last line of output, as JSON."""
     cand = tmp_path / "cand.py"
     cand.write_text(candidate_source)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-c", script, str(CORPUS / "tasks" / "relu.py"), str(cand)],
+        [sys.executable, "-c", script, str(CORPUS / "tasks" / f"{task}.py"), str(cand)],
         env=env,
         capture_output=True,
         text=True,
@@ -201,3 +201,45 @@ def test_the_recording_model_is_built_before_the_lock_and_used_by_the_recording(
     assert rep["ok"] == [True, True]
     assert rep["with"] == ["forward", "inputs", "to_device"]  # built before: no build here
     assert rep["without"] == ["build", "forward", "inputs", "to_device"]
+
+
+_BUILD_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from tools.worker.runner import Runner
+    r = Runner("cpu", -1, -1)
+    task, cand = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+    assert r.op_load({"task_source": task, "candidate_source": cand, "overrides": {"BATCH": 8}})["ok"]
+    plain = r.op_stage({"overrides": {"BATCH": 8}, "weight_seed": 7})  # a CPU job: nothing staged
+    r.device = "cuda"  # staging is for GPU jobs; the model itself is built on the CPU
+    staged = r.op_stage({"overrides": {"BATCH": 8}, "weight_seed": 7})
+    kept = r.staged_build[1]
+    r.device = "cpu"
+    built = r.op_build({"overrides": {"BATCH": 8}, "weight_seed": 7})
+    used = r.model is kept and r.staged_build is None
+    r.device = "cuda"
+    r.op_stage({"overrides": {"BATCH": 8}, "weight_seed": 7})
+    r.device = "cpu"
+    r.op_build({"overrides": {"BATCH": 8}, "weight_seed": 8})  # another seed: built anew
+    other_seed_fresh = r.staged_build is None
+    fresh = r.model
+    r.op_build({"overrides": {"BATCH": 8}, "weight_seed": 7})
+    pairs = list(zip(kept.state_dict().values(), r.model.state_dict().values()))
+    same = bool(pairs) and all(torch.equal(a, b) for a, b in pairs)
+    print(json.dumps({"plain": plain, "staged": staged, "built": built["ok"], "used": used,
+                      "other_seed_fresh": other_seed_fresh and fresh is not kept, "same": same}))
+    """
+)
+
+
+def test_a_build_staged_before_the_lock_is_the_build_made_under_it(tmp_path):
+    """runner.op_stage (asked before the judge's GPU lock) builds the candidate with the
+    reference's weights on the CPU; the next build of the same sizes and weight seed uses it, with
+    the same weights as building it there; any other build makes its own."""
+    rep = _precompile(
+        (CORPUS / "good" / "linear_relu_mixed.py").read_text(), tmp_path, _BUILD_SCRIPT, "linear_relu"
+    )
+    assert rep["plain"] == {"ok": True, "staged": False}
+    assert rep["staged"] == {"ok": True, "staged": True}
+    assert rep["built"] and rep["used"] and rep["other_seed_fresh"] and rep["same"]

@@ -208,6 +208,13 @@ class _TimingRunner(_FakeRunner):
         self.requests.append("load")
         return None
 
+    def start(self, op, **kw):
+        self.requests.append(f"start {op}")
+
+    def finish(self, op, timeout_s=None):
+        self.requests.append(f"finish {op}")
+        return {"ok": True, "staged": True}
+
     def request(self, op, **kw):
         self.requests.append((op, kw.get("cudagraph")) if op == "time" else op)
         if op == "time":
@@ -246,6 +253,7 @@ def _time_job(monkeypatch, eager_cached: bool, wall_check: bool):
         options: dict = {}
         size_overrides: dict = {}
         task_source = "the task"
+        device = "cuda"
 
     runner = _TimingRunner()
     try:
@@ -258,7 +266,9 @@ def _time_job(monkeypatch, eager_cached: bool, wall_check: bool):
 def test_a_screening_timing_runs_no_reference_and_no_graph_probe(monkeypatch):
     out, requests = _time_job(monkeypatch, eager_cached=True, wall_check=False)
     assert out is not None, "the screening timing made the reference"
-    assert requests == ["load", "build", "call", ("time", False)]
+    # the build's CPU part is asked for before the shared lock (runner.op_stage), then the
+    # first call under it and the runner's median under the exclusive one
+    assert requests == ["load", "start stage", "finish stage", "load", "build", "call", ("time", False)]
     assert out["measured"] and out["candidate_ms"] == 0.5 and out["wall_checked"] is False
     assert out["eager_ms"] == 1.0 and "sol_ms" not in out and out["candidate_launches"] == 3
     assert {"first_call", "wait_exclusive", "bench_candidate"} <= set(out["phases"])

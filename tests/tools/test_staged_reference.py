@@ -60,3 +60,29 @@ def test_a_staged_reference_is_the_reference_built_in_the_trial():
 
     other, _ = staged.reference(task, 99, inputs)  # another weight seed is built in the trial
     assert not torch.equal(other[0], s_native[0])
+
+
+class _Runner:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def start(self, op, **kw):
+        self.log.append(f"start {op} {kw['weight_seed']}")
+
+    def finish(self, op, timeout_s=None):
+        self.log.append(f"finish {op}")
+        return {"ok": True, "staged": True}
+
+
+def test_on_a_gpu_the_runner_stages_its_build_while_the_judge_builds_the_reference():
+    task = load_task(TASK, {})
+    ck = _checker()
+    ck.runner, ck._cuda = _Runner(), True  # a GPU check (no GPU work happens in stage)
+    ck.stage(task, 5, {})
+    assert ck.runner.log == ["start stage 5", "finish stage"] and (id(task), 5) in ck._staged
+    # the reply is read even when the judge's own build fails: the channel stays in step
+    broken = load_task(TASK.replace("self.lin = nn.Linear(n, n)", "raise ValueError('no')"), {})
+    ck.runner.log.clear()
+    with pytest.raises(ValueError):
+        ck.stage(broken, 6, {})
+    assert ck.runner.log == ["start stage 6", "finish stage"]

@@ -242,18 +242,37 @@ class Checker:
         # state right after, made by `stage` before the GPU lock is taken (one at a time)
         self._staged: dict[tuple[int, int], tuple[torch.nn.Module, torch.Tensor]] = {}
 
-    def stage(self, task: LoadedTask, weight_seed: int) -> None:
+    def stage(self, task: LoadedTask, weight_seed: int, overrides: dict[str, int] | None = None) -> None:
         """Build the reference for `weight_seed` on the CPU now, outside any GPU lock: a model's
         weights are initialised on the CPU, seconds for a large one, and a trial holds the lock
         shared while it runs, keeping every waiting timer off the GPU. `reference` then copies it
-        to the device. The same model and random state as building it there (see reference)."""
+        to the device. The same model and random state as building it there (see reference).
+        With `overrides` (a GPU check), the runner builds its candidate's CPU part meanwhile
+        (runner.op_stage) for the trial's `build`."""
         key = (id(task), weight_seed)
-        if key in self._staged:
-            return
-        with self.step("judge.stage_reference"):
-            torch.manual_seed(weight_seed)
-            model = task.module.Model(*task.init_args())
-            self._staged = {key: (model, torch.get_rng_state())}
+        started = False
+        if overrides is not None and self._cuda:
+            try:
+                self.runner.start("stage", overrides=overrides, weight_seed=weight_seed)
+                started = True
+            except RunnerFailure as f:
+                raise Rejected(f.reason) from None
+        try:
+            if key not in self._staged:
+                with self.step("judge.stage_reference"):
+                    torch.manual_seed(weight_seed)
+                    model = task.module.Model(*task.init_args())
+                    self._staged = {key: (model, torch.get_rng_state())}
+        finally:
+            if started:
+                self.ask_pending("stage")
+
+    def ask_pending(self, op: str) -> dict[str, Any]:
+        """The reply to `op`, sent ahead with runner.start (failures as `ask` raises them)."""
+        try:
+            return self.runner.finish(op)
+        except RunnerFailure as f:
+            raise Rejected(f.reason) from None
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -435,7 +454,7 @@ class Checker:
         2026-12-06: a check's trials took 3.1 s median under one hold, 8 s at most, and the GPU
         was drained for waiting timers 40% of the run's wall time)."""
         weight_seed = secrets.randbits(31)
-        self.stage(task, weight_seed)  # before the first hold: every trial here uses it
+        self.stage(task, weight_seed, overrides)  # before the first hold: every trial here uses it
         for k, seed in enumerate(seeds):
             name = str(k + 1) if k < 2 else f"{k + 1} (same tensors, new values)"
             try:
@@ -594,7 +613,7 @@ def _check(job, runner: RunnerProcess, t0: float) -> dict[str, Any]:
         ck.sequence(task, overrides, seeds[:n_trials])
         lap("trials")
         scaled_weights = secrets.randbits(31)
-        ck.stage(task, scaled_weights)
+        ck.stage(task, scaled_weights, overrides)
         with gpu_lock(exclusive=False, step="check.scaled"):
             ck.trial(
                 task,

@@ -260,7 +260,9 @@ def _time(
     if not wall_check and runner is not None and cached_eager is not None:
         return _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailure, t0)
     # The task's module and its reference model are made on the CPU before the GPU lock (a job
-    # waiting to time waits for every shared holder, so CPU work under it delays all timing).
+    # waiting to time waits for every shared holder, so CPU work under it delays all timing),
+    # and the runner makes its candidate's meanwhile (runner.op_stage).
+    staging = _stage_build(runner, job, weight_seed) if staged_lock else False
     task = load_task(job.task_source, dict(job.size_overrides))
     init = task.init_args()
     torch.manual_seed(weight_seed)
@@ -268,6 +270,8 @@ def _time(
     # a screened evaluate job's judge makes its context only when it needs one: here, before the
     # lock, not inside it (tools/worker/evaluate.py)
     ensure_cuda_context()
+    if staging:
+        _staged_reply(runner, RunnerFailure)
     lap("load")
     with locked(False, "time.setup"), torch.no_grad():
         ref = ref_cpu.cuda().eval()
@@ -418,6 +422,27 @@ def _time(
     return out
 
 
+def _stage_build(runner, job, weight_seed: int) -> bool:
+    """Ask a GPU job's runner for its build's CPU part (runner.op_stage) before the GPU lock is
+    taken for the build; True when the request is on its way (its reply: `_staged_reply`)."""
+    if runner is None or job.device != "cuda" or not hasattr(runner, "start"):
+        return False
+    from tools.worker.judge import RunnerFailure
+
+    try:
+        if runner.load(job) is not None:  # a no-op once loaded
+            return False  # the failed load is reported by the build's step
+        runner.start("stage", overrides=dict(job.size_overrides), weight_seed=weight_seed)
+    except RunnerFailure:
+        return False  # the build's own request raises it again and refuses the timing
+    return True
+
+
+def _staged_reply(runner, RunnerFailure) -> None:
+    with contextlib.suppress(RunnerFailure):  # the build's own request reports a dead runner
+        runner.finish("stage")
+
+
 def _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailure, t0) -> dict[str, Any]:
     """A screening timing (run_time's wall_check=False with the task's eager time cached): the
     candidate's first call under the shared lock and the runner's median under the exclusive one,
@@ -426,6 +451,8 @@ def _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailu
     a contender gets in full after its check. The set-up the judge skips (the reference's first
     forward in a fresh process, 1.0 s median and 2.7 s at the 90th percentile on the H100 suite)
     held the GPU shared, and every timing job queued behind it."""
+    if _stage_build(runner, job, WEIGHT_SEED):
+        _staged_reply(runner, RunnerFailure)
     with locked(False, "time.screen_first_call"), torch.no_grad():
         try:
             failed = runner.load(job)
