@@ -242,32 +242,26 @@ def record_launches(
     import torch
 
     from tools.worker.common import launch_log, line_in, one_line, to_device
+    from tools.worker.laps import Laps
 
     t0 = time.monotonic()
     launches: list[Any] = []
-    phases: dict[str, float] = {}
-
-    def lap(name: str, since: float) -> float:
-        now = time.monotonic()
-        phases[name] = round(now - since, 4)
-        return now
-
+    lap = Laps()
     try:
-        t = t0
         if model is None:
             torch.manual_seed(0)
             model = mod.ModelNew(*task.init_args())
-            t = lap("build", t)
+            lap("build")
         model = model.to(device).eval()
-        t = lap("to_device", t)
+        lap("to_device")
         inputs = to_device(task.inputs(0, device), device)
-        t = lap("inputs", t)
+        lap("inputs")
         with torch.no_grad(), launch_log(record_args=True) as log:
             launches = log.launches
             model(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-        lap("forward", t)
+        lap("forward")
     except Exception as e:
         from_triton = "triton" in type(e).__module__ or "InterpreterError" in type(e).__name__
         recorded = [x for x in launches if x.module == mod.__name__]
@@ -310,7 +304,7 @@ def record_launches(
         "specs": specs,
         "compiled": compiled,
         "seconds": time.monotonic() - t0,
-        "phases": phases,
+        "phases": lap.phases,
     }
 
 

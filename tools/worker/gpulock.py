@@ -27,9 +27,10 @@ LOCK_ENV = "EGG_GPU_LOCK"
 # When set (to anything but "" or "0"), every hold of the lock and of memory shares appends one
 # line to `<lock>.trace`: "<what> <pid> <asked> <got> <released>" (epoch seconds; what is
 # exclusive, shared or mem<units>, the lock's modes followed by ":<step>" where the holder named
-# the step it holds the lock for, e.g. shared:check.trial). `python -m evals.h200.locktrace` turns the lines into the
-# share of a run's wall time the GPU was held, drained for a writer, or free (issue 12's "make
-# the next bottleneck visible"). Off by default: one short append per hold, only when asked.
+# the step it holds the lock for, e.g. shared:check.trial). `python -m evals.h200.locktrace`
+# turns the lines into the share of a run's wall time the GPU was held, drained for a writer, or
+# free (issue 12's "make the next bottleneck visible"). Off by default: one short append per
+# hold, only when asked.
 TRACE_ENV = "EGG_GPU_TRACE"
 
 # Seconds spent waiting for the lock in this process, by mode (reported by the evaluate job).

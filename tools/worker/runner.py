@@ -41,6 +41,7 @@ from tools.worker.common import (
     sync,
     to_device,
 )
+from tools.worker.laps import Laps
 
 # `time` with cudagraph="auto" (a stage timing) also times the forward's CUDA-graph replay when
 # it launches at least this many of the candidate's kernels: where launches are many, the host
@@ -142,6 +143,27 @@ def load_candidate(source: str) -> Any:
     return mod
 
 
+def _build_key(m: dict[str, Any]) -> tuple[str, int]:
+    """A build request's sizes and weight seed, as op_stage and op_build match them."""
+    return repr(sorted((m.get("overrides") or {}).items())), int(m["weight_seed"])
+
+
+def _off_gpu(build: Any) -> tuple[Any, str | None]:
+    """`build()` with nothing run on the GPU (the judge holds no GPU lock for it): (its result,
+    None), or (None, why) where it failed or tried to make a CUDA tensor or launch a kernel;
+    the caller then builds it again under the lock, where a failure is reported."""
+    from tools.worker.common import compile_only
+
+    try:
+        with compile_only() as state:
+            made = build()
+            if state["kernels"]:
+                raise RuntimeError("ModelNew() launches a kernel")
+    except (Exception, SystemExit) as e:
+        return None, one_line(e)[:200]
+    return made, None
+
+
 class Runner:
     def __init__(self, device: str, slab: int, reply_fd: int) -> None:
         self.device = device
@@ -213,21 +235,15 @@ class Runner:
         {"record_model_staged": seconds} or {"record_model_staged": None, "stage_error": why}."""
         if self.device != "cuda" or task is not self.task or self.specs:
             return {}
-        from tools.worker.common import compile_only
-
         t0 = time.monotonic()
-        self.record_model = None
-        try:
-            # Nothing may run on the GPU here, outside the lock: a constructor that makes CUDA
-            # tensors or launches a kernel is left to be built under the lock, as before.
-            with compile_only() as state:
-                torch.manual_seed(0)  # record_launches's seed
-                model = self.mod.ModelNew(*task.init_args())
-                if state["kernels"]:
-                    raise RuntimeError("ModelNew() launches a kernel")
-        except (Exception, SystemExit) as e:  # record_launches builds it again and reports it
-            return {"record_model_staged": None, "stage_error": one_line(e)[:200]}
-        self.record_model = model
+
+        def build() -> Any:
+            torch.manual_seed(0)  # record_launches's seed
+            return self.mod.ModelNew(*task.init_args())
+
+        self.record_model, why = _off_gpu(build)
+        if why is not None:  # record_launches builds it again and reports it
+            return {"record_model_staged": None, "stage_error": why}
         return {"record_model_staged": round(time.monotonic() - t0, 4)}
 
     def _context_note(self) -> dict[str, Any]:
@@ -303,35 +319,26 @@ class Runner:
         self.staged_build = None
         if self.device != "cuda":
             return {"ok": True, "staged": False}
-        from tools.worker.common import compile_only
-
-        key = (repr(sorted((m.get("overrides") or {}).items())), int(m["weight_seed"]))
-        try:
-            with compile_only() as state:
-                cand = self._cpu_build(self._task(m.get("overrides") or {}), key[1])
-                if state["kernels"]:
-                    raise RuntimeError("ModelNew() launches a kernel")
-        except (Exception, SystemExit) as e:
-            return {"ok": True, "staged": False, "why": one_line(e)[:200]}
+        key = _build_key(m)
+        cand, why = _off_gpu(lambda: self._cpu_build(self._task(m.get("overrides") or {}), key[1]))
+        if why is not None:
+            return {"ok": True, "staged": False, "why": why}
         self.staged_build = (key, cand)
         return {"ok": True, "staged": True}
 
     def op_build(self, m: dict[str, Any]) -> dict[str, Any]:
-        t0 = time.monotonic()
+        lap = Laps()
         task = self._task(m.get("overrides") or {})
-        seed = int(m["weight_seed"])
-        key = (repr(sorted((m.get("overrides") or {}).items())), seed)
+        key = _build_key(m)
         staged, self.staged_build = self.staged_build, None
-        cand = staged[1] if staged is not None and staged[0] == key else self._cpu_build(task, seed)
-        t_cpu = time.monotonic()
+        cand = staged[1] if staged is not None and staged[0] == key else self._cpu_build(task, key[1])
+        lap("cpu")
         self.model = cand.to(self.device).eval()
         self.task = task
         self.inputs = []
+        lap("to_device")
         # where a build's seconds go: the two models made on the CPU, then the move to the GPU
-        return {
-            "ok": True,
-            "phases": {"cpu": round(t_cpu - t0, 4), "to_device": round(time.monotonic() - t_cpu, 4)},
-        }
+        return {"ok": True, "phases": lap.phases}
 
     def op_call(self, m: dict[str, Any]) -> dict[str, Any]:
         # The last call's inputs stay alive while this call's are made, so new tensors never

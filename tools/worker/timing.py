@@ -425,7 +425,7 @@ def _time(
 def _stage_build(runner, job, weight_seed: int) -> bool:
     """Ask a GPU job's runner for its build's CPU part (runner.op_stage) before the GPU lock is
     taken for the build; True when the request is on its way (its reply: `_staged_reply`)."""
-    if runner is None or job.device != "cuda" or not hasattr(runner, "start"):
+    if runner is None or job.device != "cuda":
         return False
     from tools.worker.judge import RunnerFailure
 
