@@ -264,6 +264,9 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
     assert screened["gpu"]["memory_units"] == 1 and "measured_units" not in screened["gpu"]
     assert screened["gpu"]["measured_screen_units"] >= 1
     assert screened["time"]["wall_checked"] is False  # the runner's median only screens
+    # the recording call's model and inputs were timed: no second build and call, no second hold
+    assert screened["time"].get("first_call") == "recording", screened["time"]
+    assert "time.first_call" not in screened["phases"]
     contender = job(1e6)
     assert contender["check"]["accepted"] and contender["time"]["measured"]
     assert contender["time"]["wall_checked"] is True  # timed again in full after its check

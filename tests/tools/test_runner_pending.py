@@ -91,3 +91,24 @@ def test_a_runners_parts_of_its_seconds_are_kept_only_as_plain_names_and_numbers
         parts = {k for k in r.seconds if k.startswith("record.")}
         assert parts <= {"record.forward", "record.p0", "record.p1", "record.p2"}
         assert "record.forward" in parts and len(parts) <= 8
+
+
+def test_a_kept_recording_is_ready_to_time_until_a_build_or_a_release():
+    """A screened job's recording call keeps its model and inputs in the runner (the screening
+    timing times them without a second build and call); a build or a release replaces them."""
+    job = _job((CORPUS / "good" / "relu_good.py").read_text())
+    with RunnerProcess(job, timeout_s=120) as r:
+        assert r.load(job) is None
+        assert r.request("record")["kept"] is False  # not asked to keep: dropped as before
+        rep = r.request("record", keep=True)
+        assert rep["ok"] and rep["kept"] is True and "report" not in rep
+        r.ready_to_time = True  # run_compile's reading of that reply for a screened GPU job
+        # the kept model answers a call (on a GPU the timing's `time` request runs it)
+        assert r.request("call", input_seed=3)["launches"] >= 1 and r.ready_to_time
+        r.request("release")
+        assert r.ready_to_time is False
+        r.ready_to_time = True
+        assert r.request("build", overrides={"BATCH": 48}, weight_seed=1)["ok"]
+        assert r.ready_to_time is False
+        # a CPU job's compile never keeps one (only a screened GPU job's timing uses it)
+        assert run_compile(job, r)["ok"] and r.ready_to_time is False

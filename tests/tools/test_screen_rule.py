@@ -201,6 +201,13 @@ def test_a_contender_is_timed_again_in_full_after_its_check_and_only_that_timing
     assert timings == [False] and "time" not in out
 
 
+class _CudaJob:
+    options: dict = {}
+    size_overrides: dict = {}
+    task_source = "the task"
+    device = "cuda"
+
+
 class _TimingRunner(_FakeRunner):
     pid = 0
 
@@ -249,15 +256,9 @@ def _time_job(monkeypatch, eager_cached: bool, wall_check: bool):
     monkeypatch.setattr(timing, "load_task", no_reference)
     monkeypatch.setattr(timing, "environment", lambda: {})
 
-    class Job:
-        options: dict = {}
-        size_overrides: dict = {}
-        task_source = "the task"
-        device = "cuda"
-
     runner = _TimingRunner()
     try:
-        out = timing._time(Job(), False, runner, False, 0.0, gpu_lock, None, RunnerFailure, wall_check)
+        out = timing._time(_CudaJob(), False, runner, False, 0.0, gpu_lock, None, RunnerFailure, wall_check)
     except Loaded:
         return None, runner.requests
     return out, runner.requests
@@ -275,6 +276,46 @@ def test_a_screening_timing_runs_no_reference_and_no_graph_probe(monkeypatch):
     # without a cached eager time, or for a kept timing, the full protocol runs (the reference)
     assert _time_job(monkeypatch, eager_cached=False, wall_check=False)[0] is None
     assert _time_job(monkeypatch, eager_cached=True, wall_check=True)[0] is None
+
+
+def test_a_screen_after_a_kept_recording_goes_straight_to_the_exclusive_hold(monkeypatch):
+    """The compile step's recording call left a built, called candidate in the runner: the
+    screening timing neither stages nor builds nor calls it again, and takes no shared hold."""
+    import contextlib
+
+    from tools.worker import timing
+    from tools.worker.judge import RunnerFailure
+
+    monkeypatch.setattr(timing, "BaselineCache", lambda *a: _EagerCached())
+    monkeypatch.setattr(timing, "environment", lambda: {})
+    holds: list[tuple[bool, str]] = []
+
+    def lock(exclusive, step):
+        holds.append((exclusive, step))
+        return contextlib.nullcontext()
+
+    runner = _TimingRunner()
+    runner.requests = []
+    runner.ready_to_time = True
+    out = timing._time(_CudaJob(), False, runner, True, 0.0, lock, None, RunnerFailure, False)
+    assert runner.requests == [("time", False)]
+    assert holds == [(True, "time.screen")]
+    assert out["measured"] and out["first_call"] == "recording" and "first_call" not in out["phases"]
+    # without a kept recording: staged, built and called under a shared hold first
+    runner.requests, runner.ready_to_time, holds[:] = [], False, []
+    timing._time(_CudaJob(), False, runner, True, 0.0, lock, None, RunnerFailure, False)
+    assert holds == [(False, "time.screen_first_call"), (True, "time.screen")]
+    assert "build" in runner.requests and "call" in runner.requests
+
+
+class _EagerCached:
+    def get(self, what):
+        if what == "eager":
+            return {"median": 1.0, "p20": 0.9, "p80": 1.1, "measured_at": "then"}
+        return None
+
+    def put(self, what, value):
+        pass
 
 
 def test_the_gpu_size_comes_from_the_driver_without_a_context(monkeypatch):

@@ -231,12 +231,19 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
 
 
 def record_launches(
-    source: str, mod: Any, task: Any, device: str, options: dict[str, Any], model: Any = None
+    source: str,
+    mod: Any,
+    task: Any,
+    device: str,
+    options: dict[str, Any],
+    model: Any = None,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """Record how ModelNew.forward launches its kernels: {"ok": True, "specs": [...]}, or a failed
     compile report. The only step of compiling that runs on the GPU. `model`: ModelNew(*init)
     already built on the CPU under seed 0 (runner._stage_record_model), else built here. The
-    result's "phases" say where the seconds went (build, to_device, inputs, forward).
+    result's "phases" say where the seconds went (build, to_device, inputs, forward). keep: the
+    result's "kept" is (model, inputs) on the device after the call, for a screening timing.
 
     Runs in the runner (tools/worker/runner.py): it imports and runs the candidate."""
     import torch
@@ -298,13 +305,14 @@ def record_launches(
             seen.add(key)
             specs.append(spec)
             compiled.append(launch.compiled)
-    # `compiled` stays in the runner (op_record): the kernels the JIT built for these launches
+    # `compiled` (the kernels the JIT built for these launches) and `kept` stay in the runner
     return {
         "ok": True,
         "specs": specs,
         "compiled": compiled,
         "seconds": time.monotonic() - t0,
         "phases": lap.phases,
+        **({"kept": (model, inputs)} if keep else {}),
     }
 
 
@@ -384,9 +392,15 @@ def run_compile(job, runner: Any = None) -> dict[str, Any]:
                 # every timing job, and the readers queued behind it, off the GPU.
                 pre = runner.request("precompile", overrides=dict(job.size_overrides))
             t_pre = time.monotonic()
-            # The GPU lock (shared) covers only the recording call, not the sm_90 compile.
+            # The GPU lock (shared) covers only the recording call, not the sm_90 compile. A
+            # screened job's runner keeps the recording call's model and inputs: the screening
+            # timing needs a built, called candidate and nothing of the reference's, so it goes
+            # straight to its exclusive hold (timing._screen) instead of building and calling the
+            # candidate again under a second shared hold.
+            keep = job.device == "cuda" and bool(job.options.get("screen"))
             with gpu_lock(exclusive=False, step="compile.record"):
-                r = runner.request("record", **opts)
+                r = runner.request("record", keep=keep, **opts)
+            runner.ready_to_time = bool(keep and r.get("ok") and "report" not in r and r.get("kept"))
             t_rec = time.monotonic()
             rec_parts = r.get("phases") if isinstance(r.get("phases"), dict) else {}
             if r.get("ok") and "report" not in r:

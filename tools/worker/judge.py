@@ -87,6 +87,10 @@ class RunnerProcess:
         self.loaded = False
         self.load_failure: dict[str, Any] | None = None
         self.pending: str | None = None  # a request sent by `start` whose reply is not read yet
+        # the runner holds a built model and its inputs, already called once (the recording
+        # call's, kept for a screening timing: compile_job.run_compile); a build or a release
+        # replaces them
+        self.ready_to_time = False
         self.dead: RunnerFailure | None = None
         self.seconds: dict[str, float] = {}
         self.peak_bytes = 0
@@ -165,6 +169,8 @@ class RunnerProcess:
             raise self.dead
         if self.pending is not None:
             raise RuntimeError(f"`{op}` sent while the reply to `{self.pending}` is unread")
+        if op in ("build", "release"):
+            self.ready_to_time = False
         try:
             channel.send(self.req, {"op": op, **kw})
         except OSError:

@@ -264,12 +264,16 @@ class Runner:
         from tools.worker.compile_job import record_launches
 
         staged, self.record_model = self.record_model, None
-        res = record_launches(self.source, self.mod, self.task, self.device, m, model=staged)
+        keep = bool(m.get("keep"))
+        res = record_launches(self.source, self.mod, self.task, self.device, m, model=staged, keep=keep)
         if not res.get("ok"):
             return {"ok": True, "report": res, "phases": res.get("phases") or {}}
         self.specs = res["specs"]
         self.compiled = res.get("compiled") or []
-        return {"ok": True, "phases": res.get("phases") or {}}
+        if keep:
+            # the built, called candidate a screening timing times next (op_time)
+            self.model, self.inputs = res.pop("kept")
+        return {"ok": True, "phases": res.get("phases") or {}, "kept": keep}
 
     def op_compile(self, m: dict[str, Any]) -> dict[str, Any]:
         """The compile report of the recorded launches: on a GPU from the kernels the recording

@@ -445,26 +445,37 @@ def _staged_reply(runner, RunnerFailure) -> None:
 
 def _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailure, t0) -> dict[str, Any]:
     """A screening timing (run_time's wall_check=False with the task's eager time cached): the
-    candidate's first call under the shared lock and the runner's median under the exclusive one,
-    and nothing of the judge's own on the GPU. The reference is not made here: its outputs, its
+    runner's median under the exclusive lock, after the candidate's first call (the recording
+    call's, kept by the runner, or else one under the shared lock), and nothing of the judge's
+    own on the GPU. The reference is not made here: its outputs, its
     roofline counts and the speed-of-light bound serve the wall check and the kept timings, which
     a contender gets in full after its check. The set-up the judge skips (the reference's first
     forward in a fresh process, 1.0 s median and 2.7 s at the 90th percentile on the H100 suite)
     held the GPU shared, and every timing job queued behind it."""
-    if _stage_build(runner, job, WEIGHT_SEED):
-        _staged_reply(runner, RunnerFailure)
-    with locked(False, "time.screen_first_call"), torch.no_grad():
-        try:
-            failed = runner.load(job)
-            if failed is not None:
-                return refuse(str(failed["rule"]), str(failed["error"]))
-            for op, kw2 in (("build", {"weight_seed": WEIGHT_SEED}), ("call", {"input_seed": INPUT_SEED})):
-                r = runner.request(op, overrides=dict(job.size_overrides), **kw2)
-                if not r.get("ok"):
-                    return refuse(str(r.get("rule") or "run.error"), str(r.get("error"))[:400])
-        except RunnerFailure as f:
-            return refuse(f.rule, f.message)
-        lap("first_call")
+    if getattr(runner, "ready_to_time", False):
+        # The compile step's recording call left its model and inputs in the runner, called once
+        # (compile_job.run_compile): its kernels are loaded and any autotuning is done, so the
+        # first call under a second shared hold is not needed. Its weights are ModelNew's own
+        # (seed 0), not the reference's: a screening timing only ever screens a candidate out.
+        out["first_call"] = "recording"
+    else:
+        if _stage_build(runner, job, WEIGHT_SEED):
+            _staged_reply(runner, RunnerFailure)
+        with locked(False, "time.screen_first_call"), torch.no_grad():
+            try:
+                failed = runner.load(job)
+                if failed is not None:
+                    return refuse(str(failed["rule"]), str(failed["error"]))
+                for op, kw2 in (
+                    ("build", {"weight_seed": WEIGHT_SEED}),
+                    ("call", {"input_seed": INPUT_SEED}),
+                ):
+                    r = runner.request(op, overrides=dict(job.size_overrides), **kw2)
+                    if not r.get("ok"):
+                        return refuse(str(r.get("rule") or "run.error"), str(r.get("error"))[:400])
+            except RunnerFailure as f:
+                return refuse(f.rule, f.message)
+            lap("first_call")
     pids = [os.getpid()] + ([runner.pid] if getattr(runner, "pid", 0) else [])
     with locked(True, "time.screen"), torch.no_grad(), timing_priority(pids, out):
         lap("wait_exclusive")
