@@ -248,15 +248,23 @@ def test_screening_times_first_and_checks_only_a_contender() -> None:
 
 
 @needs_cuda
-def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_checks() -> None:
+def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_checks(tmp_path) -> None:
     def job(bar_ms: float) -> dict:
-        options = {"screen": {"incumbent_ms": bar_ms, "noise": 0.01}, "memory_units": 3, "screen_units": 1}
+        options = {
+            "screen": {"incumbent_ms": bar_ms, "noise": 0.01},
+            "memory_units": 3,
+            "screen_units": 1,
+            # the contender's kept timing caches eager's, so the screened job's timing is the
+            # screening one (timing._screen), as for every tuning job after a task's first
+            "baseline_cache": str(tmp_path),
+        }
         # 64 MiB: at the file's 32 x 256 a call is launch-bound (3.8 us of GPU time in 27 us of
         # wall time on the H200) and the judge's wall clock refuses the timing, so nothing screens
         res = _corpus_job("evaluate", "relu", options, {"BATCH": 4096, "DIM": 4096})
         assert res.ok, res.error
         return res.payload
 
+    contender = job(1e6)
     screened = job(1e-6)
     # on failure: the timing (refused?) or the compile that kept the job from being screened
     why = {k: screened.get(k) for k in ("compile", "time", "check")}
@@ -267,7 +275,6 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
     # the recording call's model and inputs were timed: no second build and call, no second hold
     assert screened["time"].get("first_call") == "recording", screened["time"]
     assert "time.first_call" not in screened["phases"]
-    contender = job(1e6)
     assert contender["check"]["accepted"] and contender["time"]["measured"]
     assert contender["time"]["wall_checked"] is True  # timed again in full after its check
     assert contender["gpu"]["memory_units"] == 3 and contender["gpu"]["measured_units"] >= 1

@@ -59,3 +59,20 @@ def test_near_miss_bounds():
     assert not timing._near_miss(DISAGREE, {"wall_ms": 7.0}, 7.0 / (timing.ADOPT_RATIO + 0.1))
     assert not timing._near_miss(("runtime.stale", "x"), {"wall_ms": 7.0}, 4.0)
     assert not timing._near_miss(DISAGREE, {}, 4.0)
+
+
+def test_a_host_bound_forward_of_a_tiny_kernel_is_a_near_miss_and_a_claim_under_the_floor_never_is():
+    # the H100's one-launch reduction: 0.0121 ms claimed, 0.0382 ms on the judge's clock (3.2x)
+    assert 0.0382 > 0.0121 * timing.ADOPT_RATIO
+    assert timing._near_miss(DISAGREE, {"wall_ms": 0.0382}, 0.0121, floor_ms=0.002)
+    # the same clocks with a claim below the speed-of-light bound: a lie, refused as one
+    assert not timing._near_miss(DISAGREE, {"wall_ms": 0.0382}, 0.0121, floor_ms=0.013)
+    # the host allowance is per call, not a ratio: a slow kernel's lie is still one
+    assert not timing._near_miss(DISAGREE, {"wall_ms": 7.0}, 2.0, floor_ms=0.0)
+    # adopted after a second near miss: the judge's slower figure, never the claim
+    out = {"wall_ms": 0.0382, "candidate_ms": 0.0121}
+    v = timing.recheck(lambda: {"ok": True, "median": 0.0120}, _wall([0.0395])(out), 0.0121, out, 0.002)
+    assert v is None and out["timed_by"] == "judge_wall" and out["candidate_ms"] == 0.0382
+    out = {"wall_ms": 0.0382, "candidate_ms": 0.0121}
+    v = timing.recheck(lambda: {"ok": True, "median": 0.0120}, _wall([0.0395])(out), 0.0121, out, 0.013)
+    assert v == DISAGREE and "timed_by" not in out
