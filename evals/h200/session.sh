@@ -38,8 +38,10 @@
 #            GEMM and a 4x4 stride-1 max pool, Triton variants beside eager and torch.compile
 #   tf32     the bsplit GEMM's in-register A split three ways (evals/h200/tf32_probe.py; its
 #            arguments, e.g. --k 65536)
+#   libwarm  a fresh process's first conv and matmul with and without loading cuDNN's and
+#            cuBLAS's libraries first (evals/h200/libwarm_probe.py; its arguments)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|probe|kernels|membw|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|probe|kernels|membw|libwarm|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -152,6 +154,9 @@ case "$step" in
     # which kernel shapes reach the bandwidth roof for four memory-bound patterns (its arguments)
     timeout -s INT "$budget" python3 -m evals.h200.membw_probe --budget $((budget - 30)) "$@" 2>&1 \
       | tee -a "$out/membw.txt" || true
+    ;;
+  libwarm)
+    timeout -s INT "$budget" python3 -m evals.h200.libwarm_probe "$@" 2>&1 | tee -a "$out/libwarm.txt" || true
     ;;
   tf32)
     timeout -s INT "$budget" python3 -m evals.h200.tf32_probe "$@" 2>&1 \
