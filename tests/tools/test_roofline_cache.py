@@ -53,9 +53,9 @@ def test_an_unreadable_entry_is_counted_again(tmp_path):
     env = {"gpu": "test", "torch": torch.__version__, "triton": "x"}
     cache = timing.BaselineCache(str(tmp_path), _Job(), env)
     ref, inputs = _Counted(), [torch.randn(4, 64)]
-    for bad in ({"bytes": "many"}, {"bytes": -1.0, "flops": 5.0}, {}):
+    for bad in ({"bytes": "many"}, {"bytes": -1.0, "flops": 5.0}, {"bytes": 1.0, "flops": "Infinity"}, {}):
         (tmp_path / f"{cache.key}.roofline.json").write_text(json.dumps(bad))
         got = timing._roofline_counts(cache, ref, inputs, bytes_and_flops)
         assert got[1] == 2 * 4 * 64 * 32
-    assert ref.calls == 3
+    assert ref.calls == 4
     assert json.loads((tmp_path / f"{cache.key}.roofline.json").read_text())["flops"] == 2 * 4 * 64 * 32

@@ -434,7 +434,7 @@ def _roofline_counts(
     if got is not None:
         try:
             nbytes, flops = float(got["bytes"]), float(got["flops"])
-            if nbytes >= 0 and flops >= 0:
+            if all(math.isfinite(v) and v >= 0 for v in (nbytes, flops)):
                 return nbytes, flops
         except (KeyError, TypeError, ValueError):
             pass  # an unreadable entry is counted again and rewritten
