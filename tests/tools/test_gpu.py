@@ -277,6 +277,8 @@ def test_a_screened_job_holds_the_timings_shares_and_a_contender_queues_for_the_
     assert "time.first_call" not in screened["phases"]
     assert contender["check"]["accepted"] and contender["time"]["measured"]
     assert contender["time"]["wall_checked"] is True  # timed again in full after its check
+    # its speed-of-light counts were cached beside eager's median for the task's later timings
+    assert len(list(tmp_path.glob("*.roofline.json"))) == 1
     assert contender["gpu"]["memory_units"] == 3 and contender["gpu"]["measured_units"] >= 1
     # where the check's memory went: the judge's peak per step, its live bytes during the
     # runner's calls, and the two processes' peaks that the measured shares add up
