@@ -8,9 +8,10 @@ p20/p80). That median is a claim from a process the candidate controls, so the j
   worth at the claimed speed) on fresh inputs and measures from sending the request to reading
   the last call's output, which must match the reference. A claimed median well below what the
   judge's clock saw per call is rejected (`timing.disagree`), unless the two differ by at most
-  ADOPT_RATIO: then it is timed again, and if the clocks still differ the judge's own (slower)
-  wall-clock figure is the kernel's time (`timed_by: judge_wall`; a launch-bound network timed
-  while other jobs load the CPU);
+  ADOPT_RATIO plus ADOPT_HOST_MS per call and the claim is not below the speed of light: then
+  it is timed again, and if the clocks still differ the judge's own (slower) wall-clock figure
+  is the kernel's time (`timed_by: judge_wall`; a launch-bound network timed while other jobs
+  load the CPU, or a kernel of a few microseconds whose forward is mostly host work);
 - **speed of light**: a median below max(bytes read / peak bandwidth, flops / peak flop rate)
   cannot be real (`timing.speed_of_light`). Only bytes READ count (inputs + parameters): L2 is
   flushed before each call, but writes can be absorbed by the 60 MB L2 before the end event;
@@ -21,6 +22,7 @@ Eager PyTorch and torch.compile are timed here in the judge, with the same do_be
 the same inputs and under the same exclusive GPU lock. They are cached per (task, sizes, GPU,
 versions) under the EGG home when the toolbox names a cache directory, so a task's baselines are
 measured once per machine, not once per candidate; the report says which figures were cached.
+The speed-of-light counts (bytes read, FLOPs of the reference) are cached the same way.
 """
 
 from __future__ import annotations
