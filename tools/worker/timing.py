@@ -290,17 +290,9 @@ def _time(
         lap("setup")
         if runner is not None:
             try:
-                failed = runner.load(job)
-                if failed is not None:
-                    return refuse(str(failed["rule"]), str(failed["error"]))
-                for op, kw2 in (
-                    ("build", {"weight_seed": weight_seed}),
-                    ("call", {"input_seed": input_seed}),
-                ):
-                    _size_slab(runner, ref_out)
-                    r = runner.request(op, overrides=dict(job.size_overrides), **kw2)
-                    if not r.get("ok"):
-                        return refuse(str(r.get("rule") or "run.error"), str(r.get("error"))[:400])
+                r, why = _first_call(runner, job, weight_seed, input_seed, ref_out)
+                if why is not None:
+                    return refuse(*why)
                 first = _read_outputs(runner, r, ref_out)
             except RunnerFailure as f:
                 return refuse(f.rule, f.message)
@@ -491,18 +483,11 @@ def _screen(job, runner, locked, lap, out, refuse, cached_eager, kw, RunnerFailu
             _staged_reply(runner, RunnerFailure)
         with locked(False, "time.screen_first_call"), torch.no_grad():
             try:
-                failed = runner.load(job)
-                if failed is not None:
-                    return refuse(str(failed["rule"]), str(failed["error"]))
-                for op, kw2 in (
-                    ("build", {"weight_seed": WEIGHT_SEED}),
-                    ("call", {"input_seed": INPUT_SEED}),
-                ):
-                    r = runner.request(op, overrides=dict(job.size_overrides), **kw2)
-                    if not r.get("ok"):
-                        return refuse(str(r.get("rule") or "run.error"), str(r.get("error"))[:400])
+                _, why = _first_call(runner, job, WEIGHT_SEED, INPUT_SEED)
             except RunnerFailure as f:
                 return refuse(f.rule, f.message)
+            if why is not None:
+                return refuse(*why)
             lap("first_call")
     pids = [os.getpid()] + ([runner.pid] if getattr(runner, "pid", 0) else [])
     with locked(True, "time.screen"), torch.no_grad(), timing_priority(pids, out):
@@ -575,6 +560,25 @@ def _positive(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) and f > 0 else None
+
+
+def _first_call(
+    runner: Any, job: Any, weight_seed: int, input_seed: int, outs_like: list[Any] | None = None
+) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """Load the candidate, build it with `weight_seed` and call it once on `input_seed` (the
+    runner's failures raise): (the call's reply, None), or ({}, (rule, why)) to refuse the timing
+    with. `outs_like`: outputs whose size the channel's slab is made ready for before each step."""
+    failed = runner.load(job)
+    if failed is not None:
+        return {}, (str(failed["rule"]), str(failed["error"]))
+    r: dict[str, Any] = {}
+    for op, kw in (("build", {"weight_seed": weight_seed}), ("call", {"input_seed": input_seed})):
+        if outs_like is not None:
+            _size_slab(runner, outs_like)
+        r = runner.request(op, overrides=dict(job.size_overrides), **kw)
+        if not r.get("ok"):
+            return {}, (str(r.get("rule") or "run.error"), str(r.get("error"))[:400])
+    return r, None
 
 
 def _size_slab(runner: Any, outs: list[Any]) -> None:
