@@ -22,7 +22,7 @@ import ctypes, glob, json, os, sys, time
 import torch
 case, preload = sys.argv[1], sys.argv[2] == "1"
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
-t0 = time.perf_counter(); opened = 0
+t0 = time.perf_counter(); opened = failed = 0
 if preload:
     try:
         import nvidia
@@ -36,7 +36,7 @@ if preload:
                 try:
                     ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL); opened += 1
                 except OSError:
-                    pass
+                    failed += 1  # reported: a library that did not load is not preloaded
     torch.backends.cudnn.version()
 pre = time.perf_counter() - t0
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -53,7 +53,7 @@ calls = []
 with torch.no_grad():
     for _ in range(2):
         t = time.perf_counter(); m(x); torch.cuda.synchronize(); calls.append(time.perf_counter() - t)
-print(json.dumps({"case": case, "preload": preload, "opened": opened, "preload_s": round(pre, 3),
+print(json.dumps({"case": case, "preload": preload, "opened": opened, "failed": failed, "preload_s": round(pre, 3),
                   "first_s": round(calls[0], 3), "second_s": round(calls[1], 4)}))
 """
 
