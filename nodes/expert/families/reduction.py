@@ -371,7 +371,7 @@ def _row_kernel(plan: RedPlan) -> str:
     sig = (
         f"{tens}out_ptr, part_ptr, R, chunk, n_chunks, div{scal}, BLOCK_N: tl.constexpr, FINAL: tl.constexpr"
     )
-    return "@triton.jit\ndef red_row_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return _jit("red_row_kernel", sig, L)
 
 
 def _rows_kernel(plan: RedPlan) -> str:
@@ -524,7 +524,7 @@ def _col_kernel(plan: RedPlan) -> str:
         f"{tens}out_ptr, part_ptr, R, inner, chunk, n_out, div{scal}, BLOCK_R: tl.constexpr, "
         "BLOCK_I: tl.constexpr, FINAL: tl.constexpr"
     )
-    return "@triton.jit\ndef red_col_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return _jit("red_col_kernel", sig, L)
 
 
 def _col_final_kernel(plan: RedPlan) -> str:
@@ -547,7 +547,7 @@ def _col_final_kernel(plan: RedPlan) -> str:
         f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
     sig = f"part_ptr, out_ptr, n_chunks, n_out, div{scal}, BLOCK: tl.constexpr"
-    return "@triton.jit\ndef red_col_final_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return _jit("red_col_final_kernel", sig, L)
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict[str, Any]) -> str:
