@@ -2,6 +2,7 @@
 
 The generators paste these functions into candidates; reading them as text keeps the agent
 process free of torch and triton while the files themselves stay lintable and testable.
+`jit_source` builds the text of a generated kernel the same way for every family.
 """
 
 from __future__ import annotations
@@ -33,3 +34,9 @@ def kernel_source(file: str, *names: str) -> str:
     if missing:
         raise KeyError(f"kernels/{file} defines no {', '.join(missing)}")
     return "\n\n\n".join(funcs[n] for n in (names or tuple(funcs))) + "\n"
+
+
+def jit_source(name: str, sig: str, lines: list[str]) -> str:
+    """A generated `@triton.jit` function: `def name(sig):` over `lines`, each indented four
+    spaces, ending in a newline."""
+    return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + x for x in lines) + "\n"

@@ -30,6 +30,7 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
+from ..kernelfiles import jit_source
 from . import elementwise as ew
 from .libconv import LIB_OPS, library_call, split_call
 from .pooling import EPI_MODE
@@ -490,7 +491,7 @@ def _tile_apply_kernel(plan: BnPlan, flat: bool) -> str:
         env[lf.name] = P
     epi, last = plan.epilogue.body(env)
     L += [*epi, f"tl.store(out_ptr + offs, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=m)"]
-    return "@triton.jit\ndef bn_tile_apply_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return jit_source("bn_tile_apply_kernel", sig, L)
 
 
 def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any]) -> str:

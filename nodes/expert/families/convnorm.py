@@ -40,7 +40,7 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 from .libconv import (
     CL_HELPERS,
     LIB_OPS,
@@ -285,7 +285,7 @@ def _kernels(plan: CnPlan) -> str:
         "tl.store(part_ptr + NSC + po, m2, mask=cm)",
     ]
     ssig = "t_ptr, cb_ptr, part_ptr, C, P, t_sn, t_sc, t_sp, chunk, SPLIT, NSC" + lsig + consts
-    out = "@triton.jit\ndef cn_stats_kernel(" + ssig + "):\n" + "\n".join("    " + x for x in stats) + "\n"
+    out = jit_source("cn_stats_kernel", ssig, stats)
     out += FINALIZE
     _, env = _load_tile(plan)
     post, last = plan.post.body({**env, plan.norm_node: "y"}, var_prefix="e_")
@@ -315,9 +315,7 @@ def _kernels(plan: CnPlan) -> str:
         + consts
         + ", HAS_W: tl.constexpr"
     )
-    out += (
-        "\n\n@triton.jit\ndef cn_apply_kernel(" + asig + "):\n" + "\n".join("    " + x for x in apply) + "\n"
-    )
+    out += "\n\n" + jit_source("cn_apply_kernel", asig, apply)
     return out
 
 

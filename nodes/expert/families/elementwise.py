@@ -17,7 +17,7 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, assemble, flit
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 
 BCAST_HELPER = kernel_source("ew.py", "_bcast")
 
@@ -135,12 +135,7 @@ def _kernel(kname: str, chain: Chain, params: dict[str, Any], masks: list[OpNode
             "offs = start + tl.arange(0, BLOCK)",
             *split,
         ]
-    return (
-        "@triton.jit\n"
-        + f"def {kname}({', '.join(tl_args)}):\n"
-        + "\n".join("    " + ln for ln in lines)
-        + "\n"
-    )
+    return jit_source(kname, ", ".join(tl_args), lines)
 
 
 def _launcher(kname: str, chain: Chain, params: dict[str, Any], masks: list[OpNode] | None = None) -> str:

@@ -55,7 +55,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain, leaf_launch_args
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 from . import elementwise as ew
 
 VIEW_OPS = {"t", "transpose", "permute", "T", "mT", "getattr"}
@@ -853,7 +853,7 @@ def _gemm_kernel(
                 *("    " + ln for ln in L[2:]),
             ]
             sig = sig.replace("M, N, K, ", "M, N, K, n_batch, ", 1)
-    return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + ln for ln in L) + "\n"
+    return jit_source(name, sig, L)
 
 
 def _rowband_kernel(plan: GemmPlan, precision: str | None) -> str:
@@ -893,7 +893,7 @@ def _rowband_kernel(plan: GemmPlan, precision: str | None) -> str:
         f"inv_n{_epi_sig(plan)}, "
         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr"
     )
-    return "@triton.jit\ndef gemm_rowband_kernel(" + sig + "):\n" + "\n".join("    " + ln for ln in L) + "\n"
+    return jit_source("gemm_rowband_kernel", sig, L)
 
 
 def _rowreduce_kernel(plan: GemmPlan, with_epilogue: bool) -> str:
@@ -927,7 +927,7 @@ def _rowreduce_kernel(plan: GemmPlan, with_epilogue: bool) -> str:
         "tl.store(r_ptr + bid * M + rm, row.to(r_ptr.dtype.element_ty), mask=rm < M)",
     ]
     sig = f"x_ptr, r_ptr, M, N, s_xb, s_xm, s_xn, inv_n{esig}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr"
-    return "@triton.jit\ndef rowreduce_kernel(" + sig + "):\n" + "\n".join("    " + ln for ln in L) + "\n"
+    return jit_source("rowreduce_kernel", sig, L)
 
 
 def _reduce_kernel(plan: GemmPlan) -> str:
@@ -953,7 +953,7 @@ def _reduce_kernel(plan: GemmPlan) -> str:
         f"ws_ptr, c_ptr{bias_sig}, M, N, n_batch, s_cb, s_cm, s_cn{_epi_sig(plan)}, "
         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr"
     )
-    return "@triton.jit\ndef gemm_reduce_kernel(" + sig + "):\n" + "\n".join("    " + ln for ln in L) + "\n"
+    return jit_source("gemm_reduce_kernel", sig, L)
 
 
 TF32_SPLIT_KERNEL = kernel_source("tf32split.py", "tf32_split_kernel")

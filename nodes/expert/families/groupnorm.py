@@ -29,6 +29,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, flit, is_node
+from ..kernelfiles import jit_source
 
 
 @dataclass
@@ -183,7 +184,7 @@ def _kernel(plan: GnPlan) -> str:
         *_write_loop("0", "R", plan),
     ]
     sig = "x_ptr, w_ptr, b_ptr, out_ptr, G, CPG, HW, eps, HAS_W: tl.constexpr, BLOCK_N: tl.constexpr"
-    return "@triton.jit\ndef gn_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return jit_source("gn_kernel", sig, L)
 
 
 PREP = """
@@ -256,10 +257,7 @@ def _split_kernels(plan: GnPlan) -> str:
         "x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, G, CPG, HW, R, ROWS, CH, NSPLIT, eps, "
         "HAS_W: tl.constexpr, SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr"
     )
-    return (
-        "@triton.jit\ndef gn_stats_kernel(" + ssig + "):\n" + "\n".join("    " + x for x in stats) + "\n\n\n"
-        "@triton.jit\ndef gn_apply_kernel(" + asig + "):\n" + "\n".join("    " + x for x in apply) + "\n"
-    )
+    return jit_source("gn_stats_kernel", ssig, stats) + "\n\n" + jit_source("gn_apply_kernel", asig, apply)
 
 
 SPLIT_LAUNCH = (

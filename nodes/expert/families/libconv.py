@@ -27,7 +27,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 from . import conv as convfam
 from . import elementwise as ew
 
@@ -431,7 +431,7 @@ def _tail_kernel(plan: ConvPlan) -> str:
         body += more
         last = last or "s_y"
     L += [*body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=m)"]
-    return "@triton.jit\ndef conv_tail_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return jit_source("conv_tail_kernel", sig, L)
 
 
 def tail_leaf_launch(leaves: list[str], scal: list[str]) -> tuple[list[str], str, str]:

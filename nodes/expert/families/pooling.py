@@ -38,7 +38,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 from .libconv import CL_HELPERS, LIB_OPS, library_call, split_call
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
@@ -339,11 +339,7 @@ def _window_kernel(plan: PoolPlan, name: str, head: str, blocks: tuple[str, ...]
     tens = _tensor_params(plan)
     scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
     modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
-    return (
-        f"@triton.jit\ndef {name}({head}, D, H, W, OD, OH, OW{tens}{scal}, {consts}{modes}):\n"
-        + "\n".join("    " + x for x in body)
-        + "\n"
-    )
+    return jit_source(name, f"{head}, D, H, W, OD, OH, OW{tens}{scal}, {consts}{modes}", body)
 
 
 def _generic(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
@@ -572,10 +568,11 @@ def _rows(plan: PoolPlan, params: dict[str, Any]) -> tuple[str, list[str]]:
     tens = _tensor_params(plan)
     scal = "".join(f", l_{lf.name}_val" for lf in plan.scalars)
     modes = "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in plan.epilogue.tensor_leaves)
-    kernel = (
-        f"@triton.jit\ndef pool_rows_kernel(x_ptr, out_ptr, C, D, H, W, OD, OH, OW, n_w, n_tiles{tens}{scal}, "
-        f"ROWS_OUT: tl.constexpr, BLOCK_W: tl.constexpr{modes}):\n" + "\n".join("    " + x for x in L) + "\n"
+    sig = (
+        f"x_ptr, out_ptr, C, D, H, W, OD, OH, OW, n_w, n_tiles{tens}{scal}, "
+        f"ROWS_OUT: tl.constexpr, BLOCK_W: tl.constexpr{modes}"
     )
+    kernel = jit_source("pool_rows_kernel", sig, L)
     bw = int(params["BLOCK_W"])
     return kernel, [
         f"    bw = min({bw}, max(32, triton.next_power_of_2(OW)))",

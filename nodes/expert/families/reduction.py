@@ -24,7 +24,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 
 RED_OPS = {"sum", "mean", "max", "min", "amax", "amin", "prod", "argmax", "argmin", "logsumexp"}
 LOSS_OPS = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
@@ -371,7 +371,7 @@ def _row_kernel(plan: RedPlan) -> str:
     sig = (
         f"{tens}out_ptr, part_ptr, R, chunk, n_chunks, div{scal}, BLOCK_N: tl.constexpr, FINAL: tl.constexpr"
     )
-    return _jit("red_row_kernel", sig, L)
+    return jit_source("red_row_kernel", sig, L)
 
 
 def _rows_kernel(plan: RedPlan) -> str:
@@ -405,7 +405,7 @@ def _rows_kernel(plan: RedPlan) -> str:
             *_reduce_and_store(plan, kind, "v", 1, "rows", "rmask"),
         ]
     sig = f"{tens}out_ptr, n_rows, R, div{scal}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr"
-    return _jit("red_rows_kernel", sig, L)
+    return jit_source("red_rows_kernel", sig, L)
 
 
 def _reduce_and_store(
@@ -423,10 +423,6 @@ def _reduce_and_store(
     ]
 
 
-def _jit(name: str, sig: str, lines: list[str]) -> str:
-    return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + x for x in lines) + "\n"
-
-
 def _final_kernel(plan: RedPlan) -> str:
     """Second stage of split-row: combine each row's chunk partials, then the epilogue."""
     kind = "sum" if plan.op in ("mean", "batchmean") else plan.op
@@ -441,7 +437,7 @@ def _final_kernel(plan: RedPlan) -> str:
         *_reduce_and_store(plan, kind, "p", 0, "row"),
     ]
     sig = f"part_ptr, out_ptr, R, n_chunks, div{scal}, BLOCK_C: tl.constexpr"
-    return _jit("red_final_kernel", sig, L)
+    return jit_source("red_final_kernel", sig, L)
 
 
 def _col_kernel(plan: RedPlan) -> str:
@@ -524,7 +520,7 @@ def _col_kernel(plan: RedPlan) -> str:
         f"{tens}out_ptr, part_ptr, R, inner, chunk, n_out, div{scal}, BLOCK_R: tl.constexpr, "
         "BLOCK_I: tl.constexpr, FINAL: tl.constexpr"
     )
-    return _jit("red_col_kernel", sig, L)
+    return jit_source("red_col_kernel", sig, L)
 
 
 def _col_final_kernel(plan: RedPlan) -> str:
@@ -547,7 +543,7 @@ def _col_final_kernel(plan: RedPlan) -> str:
         f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
     sig = f"part_ptr, out_ptr, n_chunks, n_out, div{scal}, BLOCK: tl.constexpr"
-    return _jit("red_col_final_kernel", sig, L)
+    return jit_source("red_col_final_kernel", sig, L)
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, flit, is_node
-from ..kernelfiles import kernel_source
+from ..kernelfiles import jit_source, kernel_source
 
 ROW_LOSS_OPS = {"cosine_similarity", "triplet_margin_loss"}
 
@@ -146,7 +146,7 @@ def _kernel(plan: RlPlan) -> str:
         f"tl.store(out_ptr + row, {last or 'v'})",
     ]
     sig = "a_ptr, b_ptr, c_ptr, out_ptr, D, eps, margin, KIND: tl.constexpr, BLOCK_N: tl.constexpr"
-    return "@triton.jit\ndef rl_row_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return jit_source("rl_row_kernel", sig, L)
 
 
 SUM_KERNEL = kernel_source("rowloss.py", "rl_sum_kernel")

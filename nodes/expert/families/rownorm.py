@@ -29,6 +29,7 @@ from graph.records import OpNode, TaskDescription
 
 from .. import ewops
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
+from ..kernelfiles import jit_source
 
 WHOLE_ROW_MAX = 16384
 RED_KINDS = {"sum", "mean", "amax", "amin"}
@@ -493,13 +494,7 @@ def _whole_row_kernel(plan: RowPlan, sig: str) -> str:
             L.append(f"{var} = {_RED_FN[d.red]}(tl.where(mask, {src}, {_IDENT[d.red]}), 1, keep_dims=True)")
         env[d.name] = var
     L.append(_store(plan, env[plan.out], "row[:, None]", "rmask" if plan.out_kind == "row" else "mask"))
-    return (
-        "@triton.jit\ndef rn_whole_row_kernel("
-        + sig
-        + ", n_rows, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
-        + "\n".join("    " + x for x in L)
-        + "\n"
-    )
+    return jit_source("rn_whole_row_kernel", sig + ", n_rows, ROWS: tl.constexpr, BLOCK_N: tl.constexpr", L)
 
 
 def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
@@ -548,13 +543,7 @@ def _multi_pass_kernel(plan: RowPlan, sig: str) -> str:
 
         L += _carries(needed)
         L += _chunks("0", "R", out_body)
-    return (
-        "@triton.jit\ndef rn_multi_pass_kernel("
-        + sig
-        + ", ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):\n"
-        + "\n".join("    " + x for x in L)
-        + "\n"
-    )
+    return jit_source("rn_multi_pass_kernel", sig + ", ALIGN: tl.constexpr, BLOCK_N: tl.constexpr", L)
 
 
 # -- split-row: each row split into chunks over many programs --------------------------------
@@ -689,7 +678,7 @@ def _split_pass_kernel(plan: RowPlan, sig: str, p: int, lv: dict[str, int], idx:
             f"tl.store({_ws(idx[pair], 'sid')}, s1_{w.name} + n_c * c_{w.name})",
             f"tl.store({_ws(idx[w.name], 'sid')}, tl.maximum(s2_{w.name} - s1_{w.name} * s1_{w.name} / n_c, 0.0))",
         ]
-    return _split_def(f"rn_split_pass{p}_kernel", sig, L)
+    return jit_source(f"rn_split_pass{p}_kernel", sig, L)
 
 
 def _split_out_kernel(plan: RowPlan, sig: str, idx: dict[str, int]) -> str:
@@ -700,11 +689,7 @@ def _split_out_kernel(plan: RowPlan, sig: str, idx: dict[str, int]) -> str:
         return [*body, _store(plan, env[plan.out], "row", "mask" if masked else None, rb="rb")]
 
     L = [*_SPLIT_HEAD, *cl, *_chunks("lo", "hi", out_body)]
-    return _split_def("rn_split_out_kernel", sig, L)
-
-
-def _split_def(name: str, sig: str, lines: list[str]) -> str:
-    return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + x for x in lines) + "\n"
+    return jit_source("rn_split_out_kernel", sig, L)
 
 
 def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> tuple[list[str], list[str]]:

@@ -19,6 +19,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
+from ..kernelfiles import jit_source
 
 SCAN_OPS = {"cumsum", "cumprod"}
 
@@ -208,7 +209,7 @@ def _kernel(plan: ScanPlan, ev: str) -> str:
     ]
     sig = f"{tens}out_ptr, R, inner{scal}, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr"
     helper = "@triton.jit\ndef _scan_mul(a, b):\n    return a * b\n\n\n"
-    return helper + "@triton.jit\ndef scan_kernel(" + sig + "):\n" + "\n".join("    " + x for x in L) + "\n"
+    return helper + jit_source("scan_kernel", sig, L)
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: ScanPlan, params: dict[str, Any]) -> str:

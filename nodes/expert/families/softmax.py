@@ -18,6 +18,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
+from ..kernelfiles import jit_source
 
 WHOLE_ROW_MAX = 16384  # beyond this a register-resident row spills; the launcher uses online
 
@@ -198,9 +199,7 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
     that is not a multiple of 16, row-relative masked chunks would make every load and store
     scalar (Triton vectorizes only accesses it can prove aligned and unmasked in 4s)."""
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
-    head = (
-        f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr):\n"
-    )
+    sig = f"x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr"
     L = [
         "row = tl.program_id(0).to(tl.int64)",
         "lo = row * n_cols",
@@ -265,7 +264,7 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
         "for start in range(first, hi, BLOCK_N):",
         *_ind(chunk("c", [], True), 4),
     ]
-    return head + "\n".join(_ind(L, 4)) + "\n"
+    return jit_source(name, sig, L)
 
 
 def _whole_row_kernel(plan: SmPlan, name: str, ev: str) -> str:
@@ -286,11 +285,8 @@ def _whole_row_kernel(plan: SmPlan, name: str, ev: str) -> str:
         *epi,
         f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
-    head = (
-        f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, n_rows, n_cols{sargs}, "
-        "ROWS: tl.constexpr, BLOCK_N: tl.constexpr):\n"
-    )
-    return head + "\n".join(_ind(L, 4)) + "\n"
+    sig = f"x_ptr, {_aux_ptrs(plan)}out_ptr, n_rows, n_cols{sargs}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr"
+    return jit_source(name, sig, L)
 
 
 def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
@@ -327,11 +323,8 @@ def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
         *_ind(epi, 4),
         f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
-    head = (
-        f"@triton.jit\ndef {name}(x_ptr, {_aux_ptrs(plan)}out_ptr, R, inner{sargs}, "
-        "BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):\n"
-    )
-    return head + "\n".join(_ind(L, 4)) + "\n"
+    sig = f"x_ptr, {_aux_ptrs(plan)}out_ptr, R, inner{sargs}, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr"
+    return jit_source(name, sig, L)
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[str, Any]) -> str:
