@@ -149,6 +149,48 @@ def test_compile_report_on_gpu_reads_the_jit_kernels() -> None:
     assert res.payload["precompiled"]["launchers"] == res.payload["precompiled"]["kernels"]
 
 
+_CONV_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@needs_cuda
+def test_the_runner_loads_cudnn_before_the_recording_call() -> None:
+    """A mixed candidate whose convolution is cuDNN's: its precompile (before the GPU lock) saw
+    the convolution on meta tensors and opened cuDNN's libraries, so the recording call under
+    the shared lock does not load them (gpumem.preload_libraries)."""
+    cand = (CORPUS / "good" / "linear_relu_mixed.py").read_text()
+    cand = cand.replace("def __init__(self, in_features, out_features):", "def __init__(self):")
+    cand = cand.replace("nn.Linear(in_features, out_features)", "nn.Conv2d(16, 32, 3, padding=1)")
+    cand = cand.replace(
+        "F.linear(x, self.fc.weight, self.fc.bias)", "F.conv2d(x, self.fc.weight, self.fc.bias, padding=1)"
+    )
+    job = Job(kind="compile", task_path="", task_source=_CONV_TASK, device="cuda", candidate_source=cand)
+    res = run_job(job, timeout_s=240)
+    assert res.ok and res.payload["ok"], res.payload
+    pre = res.payload["precompiled"]
+    print("preload:", pre, {k: v for k, v in res.payload["phases"].items() if k.startswith("record")})
+    assert pre["preloaded"] >= 1 and pre["preload_failed"] == 0
+
+
 @needs_cuda
 def test_eager_baseline_is_cached_per_task_and_the_benchmark_measures_it_again(tmp_path) -> None:
     tb = Toolbox(timeout_s=240, egg_home=str(tmp_path))

@@ -128,12 +128,19 @@ def _dispatch_job(job) -> dict:
         if job.device != "cuda":
             return _dispatch_unlocked(job, runner)
         from tools.worker.gpulock import gpu_lock
-        from tools.worker.gpumem import ensure_cuda_context, gpu_memory, job_units, share_cpu_threads
+        from tools.worker.gpumem import (
+            ensure_cuda_context,
+            gpu_memory,
+            job_units,
+            preload_for_reference,
+            share_cpu_threads,
+        )
 
         share_cpu_threads()
         with gpu_memory(job_units(job)):
             if job.kind in ("check", "describe"):
                 ensure_cuda_context()  # before any GPU lock: its GPU steps hold the lock
+                preload_for_reference(job.task_source, dict(job.size_overrides))  # so is this
             if job.kind in ("time", "benchmark"):
                 from tools.worker.timing import run_time
 

@@ -336,7 +336,7 @@ class LaunchLog:
 _ACTIVE: list[LaunchLog] = []
 _PATCHED = [False]
 # compile_only(): launches compile (JIT warm-up) and return without running; "kernels" counts them
-_COMPILE_ONLY: dict[str, Any] = {"on": False, "kernels": 0, "launchers": 0}
+_COMPILE_ONLY: dict[str, Any] = {"on": False, "kernels": 0, "launchers": 0, "libraries": set()}
 
 
 def _kernel_module(kernel: Any) -> str:
@@ -494,6 +494,9 @@ class _NoGpuWork(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        lib = library_of(func)
+        if lib is not None:
+            _COMPILE_ONLY["libraries"].add(lib)
         dev = kwargs.get("device")
         if dev is not None and torch.device(dev).type == "cuda":
             raise GpuWorkRefused(f"{func} would create a CUDA tensor")
@@ -507,14 +510,32 @@ class GpuWorkRefused(RuntimeError):
     pass
 
 
+# aten ops that PyTorch runs through a vendor library on a CUDA device, by that library's name
+_CUDNN_OPS = ("convolution", "cudnn", "lstm", "gru", "rnn_tanh", "rnn_relu", "batch_norm")
+_CUBLAS_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "matmul", "linear", "dot", "vdot"}
+
+
+def library_of(func: Any) -> str | None:
+    """ "cudnn" or "cublas" for an aten op that PyTorch runs through that library on a CUDA
+    device (convolutions, RNNs and batch norm; matrix products), else None. A hint for loading
+    the library before the op first runs, not a verdict: a wrong answer costs only time."""
+    name = getattr(func, "_opname", "") or ""
+    if any(part in name for part in _CUDNN_OPS):
+        return "cudnn"
+    if name in _CUBLAS_OPS or name.startswith("_scaled_dot_product"):
+        return "cublas"
+    return None
+
+
 @contextlib.contextmanager
 def compile_only():
     """Run code whose Triton launches only compile their kernels (the JIT's warm-up: the
     program is built and cached for the launch's specialisation, nothing runs) and whose PyTorch
     ops must not touch the GPU (`_NoGpuWork`); tensors are meant to be on the meta device. Yields
-    a dict whose "kernels" is the number of launches compiled so far."""
+    a dict whose "kernels" is the number of launches compiled so far and whose "libraries" names
+    the vendor libraries (`library_of`) the PyTorch ops seen would use on the GPU."""
     _install_hooks()
-    _COMPILE_ONLY.update(on=True, kernels=0, launchers=0)
+    _COMPILE_ONLY.update(on=True, kernels=0, launchers=0, libraries=set())
     try:
         with _NoGpuWork():
             yield _COMPILE_ONLY

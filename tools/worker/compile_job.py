@@ -426,7 +426,17 @@ def run_compile(job, runner: Any = None) -> dict[str, Any]:
             **{f"record.{k}": v for k, v in rec_parts.items() if isinstance(v, (int, float))},
         }
         if pre:
-            keep = ("kernels", "launchers", "stopped", "cuda_context", "record_model_staged", "stage_error")
+            keep = (
+                "kernels",
+                "launchers",
+                "stopped",
+                "cuda_context",
+                "record_model_staged",
+                "stage_error",
+                "preloaded",
+                "preload_failed",
+                "preload_s",
+            )
             report["precompiled"] = {k: pre[k] for k in keep if k in pre}
             # the runner's own seconds: more than phases["precompile"] where it ran meanwhile
             report["phases"]["precompile_runner"] = round(float(pre.get("seconds") or 0.0), 3)

@@ -37,6 +37,7 @@ from tools.worker.gpumem import (
     gpu_memory,
     job_units,
     known_units,
+    preload_for_reference,
     process_peak,
     share_cpu_threads,
     step_peak_end,
@@ -196,9 +197,12 @@ def run_evaluate(job) -> dict[str, Any]:
                 lap("wait_memory")
 
             def cuda_up() -> None:
-                # the judge's own CUDA context, made outside any GPU lock
+                # the judge's own CUDA context, made outside any GPU lock, and the libraries its
+                # reference calls (a first convolution loads cuDNN: not under the lock either)
                 if cuda and ensure_cuda_context():
                     lap("cuda_init")
+                    if preload_for_reference(job.task_source, dict(job.size_overrides)):
+                        lap("preload")
 
             # The runner compiles the candidate's kernels (CPU work) while this process waits
             # for memory and makes its context; run_compile reads the reply.

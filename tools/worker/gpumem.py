@@ -351,3 +351,85 @@ def ensure_cuda_context() -> bool:
     torch.cuda.init()
     torch.empty(1, device="cuda")
     return True
+
+
+# the vendor libraries a first library call loads lazily, by the soname prefix of the library
+# PyTorch itself links (its siblings in the same folder are the same release)
+_LIBRARY_FAMILY = {"cudnn": "libcudnn", "cublas": "libcublas"}
+
+
+_PRELOADED: set[str] = set()  # the vendor libraries preload_libraries handled in this process
+
+
+def preload_libraries(names: set[str] | frozenset[str]) -> dict[str, Any]:
+    """Open the shared libraries of the vendor libraries `names` ("cudnn", "cublas") that this
+    process has not loaded yet, from the folder of the one PyTorch loaded: CPU work (reading
+    and relocating a few hundred MB) that a first convolution otherwise does inside its call,
+    under a shared hold of the GPU lock that every waiting timer waits for. Nothing runs on the
+    GPU; each library is handled once per process. Returns {} when there is nothing to do, else
+    {"preloaded": files opened, "preload_failed": files that did not open, "preload_s": seconds}."""
+    import ctypes
+
+    import torch
+
+    names = set(names) - _PRELOADED
+    if not names:
+        return {}
+    _PRELOADED.update(names)
+    t0 = time.monotonic()
+    opened = failed = 0
+    if "cudnn" in names and torch.backends.cudnn.is_available():
+        torch.backends.cudnn.version()  # loads libcudnn.so itself, whose siblings load lazily
+    loaded = _loaded_libraries()
+    for name in sorted(names):
+        prefix = _LIBRARY_FAMILY.get(name)
+        if prefix is None:
+            continue
+        folders = {os.path.dirname(p) for p in loaded if os.path.basename(p).startswith(prefix)}
+        for folder in sorted(folders):
+            for entry in sorted(os.listdir(folder)):
+                path = os.path.join(folder, entry)
+                if not entry.startswith(prefix) or ".so" not in entry or path in loaded:
+                    continue
+                try:
+                    ctypes.CDLL(path)
+                    opened += 1
+                except OSError:
+                    failed += 1  # counted in the reply: the call loads it, as without a preload
+    return {"preloaded": opened, "preload_failed": failed, "preload_s": round(time.monotonic() - t0, 3)}
+
+
+def _loaded_libraries() -> set[str]:
+    """Paths of the shared libraries mapped into this process (Linux), else an empty set."""
+    try:
+        with open("/proc/self/maps") as f:
+            return {ln.split(None, 5)[5].strip() for ln in f if ".so" in ln and len(ln.split(None, 5)) == 6}
+    except OSError:
+        return set()
+
+
+def preload_for_reference(task_source: str, overrides: dict[str, int]) -> dict[str, Any]:
+    """preload_libraries for what the task's reference uses (a judge, before its first GPU lock):
+    its forward on meta tensors names the libraries (common.library_of). A reference that cannot
+    run on meta tensors preloads what it named before it stopped; nothing fails here."""
+    import torch
+
+    from tools.worker.common import compile_only, load_task
+
+    seen: set[str] = set()
+    try:
+        task = load_task(task_source, overrides)
+        # the process's random state is the judge's: untouched (forked) by this meta forward
+        with (
+            torch.random.fork_rng(devices=[]),
+            compile_only() as state,
+            torch.no_grad(),
+            torch.device("meta"),
+        ):
+            try:
+                task.module.Model(*task.init_args())(*task.inputs(0, "meta"))
+            finally:
+                seen = set(state["libraries"])
+    except Exception:  # noqa: BLE001 - a hint only: the first call loads what was not preloaded
+        pass
+    return preload_libraries(seen)

@@ -206,7 +206,9 @@ class Runner:
 
         task = self._task(m.get("overrides") or {})
         done = launchers = 0
+        libraries: set[str] = set()
         staged = self._stage_record_model(task)
+        stopped: dict[str, Any] = {}
         try:
             with compile_only() as state, torch.no_grad(), torch.device("meta"):
                 init = task.init_args()
@@ -216,16 +218,28 @@ class Runner:
                     model(*inputs)
                 finally:
                     done, launchers = int(state["kernels"]), int(state["launchers"])
+                    libraries = set(state["libraries"])
         except (Exception, SystemExit) as e:
-            return {
-                "ok": True,
-                "kernels": done,
-                "launchers": launchers,
-                "stopped": one_line(e)[:300],
-                **staged,
-                **self._context_note(),
-            }
-        return {"ok": True, "kernels": done, "launchers": launchers, **staged, **self._context_note()}
+            stopped = {"stopped": one_line(e)[:300]}
+        return {
+            "ok": True,
+            "kernels": done,
+            "launchers": launchers,
+            **stopped,
+            **staged,
+            **self._context_note(),
+            **self._preload(libraries),
+        }
+
+    def _preload(self, libraries: set[str]) -> dict[str, Any]:
+        """Load the vendor libraries the forward's PyTorch ops use on the GPU (seen on the meta
+        device) now, before the judge takes the GPU lock for the recording call, which would
+        otherwise load them inside its hold (gpumem.preload_libraries: once per process)."""
+        if self.device != "cuda" or not libraries:
+            return {}
+        from tools.worker.gpumem import preload_libraries
+
+        return preload_libraries(libraries)
 
     def _stage_record_model(self, task: Any) -> dict[str, Any]:
         """Build the recording call's ModelNew on the CPU now, before the judge takes the GPU lock

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from tools.worker.common import SAME_CHUNK, as_outputs, chunk_ranges, load_task, to_device
-from tools.worker.gpumem import ensure_cuda_context, visible_gpu_query
+from tools.worker.gpumem import ensure_cuda_context, preload_for_reference, visible_gpu_query
 from tools.worker.laps import Laps, cpu_times
 
 # A stage timing leaves it to the runner whether to time the forward's CUDA-graph replay too
@@ -279,6 +279,8 @@ def _time(
     # a screened evaluate job's judge makes its context only when it needs one: here, before the
     # lock, not inside it (tools/worker/evaluate.py)
     ensure_cuda_context()
+    # and loads the libraries the reference calls (cuDNN for a convolution), also before the lock
+    preload_for_reference(job.task_source, dict(job.size_overrides))
     if staging:
         _staged_reply(runner, RunnerFailure)
     lap("load")
