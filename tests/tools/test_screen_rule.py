@@ -147,6 +147,7 @@ def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
     monkeypatch.setattr(evaluate, "gpu_memory", admit)
     monkeypatch.setattr("tools.worker.gpumem.total_bytes", lambda: 80 * 2**30)
     monkeypatch.setattr(evaluate, "share_cpu_threads", lambda: None)
+    monkeypatch.setattr(evaluate, "preload_for_reference", lambda source, overrides: {})
     monkeypatch.setattr(judge, "RunnerProcess", _FakeRunner)
     monkeypatch.setattr(compile_job, "run_compile", compiled)
     monkeypatch.setattr(check_mod, "run_check", lambda job, runner=None: {"accepted": accepted})
@@ -161,6 +162,7 @@ def _screened_job_flow(monkeypatch, screen_ms: float, accepted: bool = True):
     class Job:
         device = "cuda"
         candidate_source = "x = 1"
+        task_source = ""
         size_overrides: dict = {}
         options = {"screen": {"incumbent_ms": 2.3587, "noise": 0.01}, "memory_units": 2}
 
