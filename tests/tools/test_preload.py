@@ -94,6 +94,28 @@ def get_init_inputs():
 """
 
 
+def test_the_judges_pass_installs_no_triton_hooks(tmp_path):
+    """The judge times torch.compile's kernels in its own process: its reference's meta pass
+    (common.libraries_used) must leave Triton's launch path as it was (a fresh process: hooks,
+    once installed, stay for the process)."""
+    task = tmp_path / "task.py"
+    task.write_text(_CONV_TASK)
+    script = (
+        "import sys, triton.runtime.jit as jit\n"
+        "from tools.worker import gpumem\n"
+        "run = jit.JITFunction.run\n"
+        "gpumem.preload_libraries = lambda names: print(sorted(names)) or {}\n"
+        "gpumem.preload_for_reference(open(sys.argv[1]).read(), {})\n"
+        "print(jit.JITFunction.run is run)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(task)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['cudnn']", "True"]
+
+
 def test_a_judge_preloads_what_the_reference_uses(monkeypatch):
     asked = []
     monkeypatch.setattr(gpumem, "preload_libraries", lambda names: asked.append(set(names)) or {})

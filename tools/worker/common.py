@@ -12,6 +12,7 @@ import math
 import sys
 import tempfile
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -490,13 +491,18 @@ def build_launcher(kernel: Any) -> int:
 
 class _NoGpuWork(TorchDispatchMode):
     """A dispatch mode under which any PyTorch op on a CUDA tensor, or one that would create
-    one, raises: what runs under it does no work on the GPU."""
+    one, raises: what runs under it does no work on the GPU. The vendor libraries the ops seen
+    would call on a GPU (`library_of`) are added to `libraries`."""
+
+    def __init__(self, libraries: set[str] | None = None) -> None:
+        super().__init__()
+        self.libraries = set() if libraries is None else libraries
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         lib = library_of(func)
         if lib is not None:
-            _COMPILE_ONLY["libraries"].add(lib)
+            self.libraries.add(lib)
         dev = kwargs.get("device")
         if dev is not None and torch.device(dev).type == "cuda":
             raise GpuWorkRefused(f"{func} would create a CUDA tensor")
@@ -508,6 +514,16 @@ class _NoGpuWork(TorchDispatchMode):
 
 class GpuWorkRefused(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def libraries_used() -> Iterator[set[str]]:
+    """Run PyTorch code on meta tensors (no GPU work: `_NoGpuWork`) and yield the set of vendor
+    libraries its ops would call on a GPU, filled as they run. Unlike compile_only it installs
+    no Triton launch hooks: a judge's process uses it for its reference."""
+    seen: set[str] = set()
+    with _NoGpuWork(seen):
+        yield seen
 
 
 # aten ops that PyTorch runs through a vendor library on a CUDA device, by that library's name
@@ -537,7 +553,7 @@ def compile_only():
     _install_hooks()
     _COMPILE_ONLY.update(on=True, kernels=0, launchers=0, libraries=set())
     try:
-        with _NoGpuWork():
+        with _NoGpuWork(_COMPILE_ONLY["libraries"]):
             yield _COMPILE_ONLY
     finally:
         _COMPILE_ONLY["on"] = False

@@ -414,22 +414,20 @@ def preload_for_reference(task_source: str, overrides: dict[str, int]) -> dict[s
     run on meta tensors preloads what it named before it stopped; nothing fails here."""
     import torch
 
-    from tools.worker.common import compile_only, load_task
+    from tools.worker.common import libraries_used, load_task
 
     seen: set[str] = set()
     try:
         task = load_task(task_source, overrides)
-        # the process's random state is the judge's: untouched (forked) by this meta forward
+        # the process's random state is the judge's: untouched (forked) by this meta forward;
+        # `seen` is filled as the ops run, so a forward that stops keeps what it named
         with (
             torch.random.fork_rng(devices=[]),
-            compile_only() as state,
+            libraries_used() as seen,
             torch.no_grad(),
             torch.device("meta"),
         ):
-            try:
-                task.module.Model(*task.init_args())(*task.inputs(0, "meta"))
-            finally:
-                seen = set(state["libraries"])
+            task.module.Model(*task.init_args())(*task.inputs(0, "meta"))
     except Exception:  # noqa: BLE001 - a hint only: the first call loads what was not preloaded
         pass
     return preload_libraries(seen)
