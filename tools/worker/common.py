@@ -12,7 +12,6 @@ import math
 import sys
 import tempfile
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -516,16 +515,6 @@ class GpuWorkRefused(RuntimeError):
     pass
 
 
-@contextlib.contextmanager
-def libraries_used() -> Iterator[set[str]]:
-    """Run PyTorch code on meta tensors (no GPU work: `_NoGpuWork`) and yield the set of vendor
-    libraries its ops would call on a GPU, filled as they run. Unlike compile_only it installs
-    no Triton launch hooks: a judge's process uses it for its reference."""
-    seen: set[str] = set()
-    with _NoGpuWork(seen):
-        yield seen
-
-
 # aten ops that PyTorch runs through a vendor library on a CUDA device, by that library's name
 _CUDNN_OPS = ("convolution", "cudnn", "lstm", "gru", "rnn_tanh", "rnn_relu", "batch_norm")
 _CUBLAS_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "matmul", "linear", "dot", "vdot"}
@@ -541,6 +530,23 @@ def library_of(func: Any) -> str | None:
     if name in _CUBLAS_OPS or name.startswith("_scaled_dot_product"):
         return "cublas"
     return None
+
+
+def module_libraries(model: Any) -> set[str]:
+    """The vendor libraries a model's layers call on a GPU, from its modules alone (no forward):
+    convolutions, recurrent layers and batch norm run through cuDNN, linear layers and attention
+    through cuBLAS. Recurrent layers need this even where a meta forward runs: on the meta device
+    they decompose into per-step matrix products (what `library_of` sees)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.conv import _ConvNd
+
+    found: set[str] = set()
+    for m in model.modules() if isinstance(model, torch.nn.Module) else ():
+        if isinstance(m, (_ConvNd, torch.nn.RNNBase, _BatchNorm)):
+            found.add("cudnn")
+        elif isinstance(m, (torch.nn.Linear, torch.nn.Bilinear, torch.nn.MultiheadAttention)):
+            found.add("cublas")
+    return found
 
 
 @contextlib.contextmanager

@@ -409,25 +409,21 @@ def _loaded_libraries() -> set[str]:
 
 
 def preload_for_reference(task_source: str, overrides: dict[str, int]) -> dict[str, Any]:
-    """preload_libraries for what the task's reference uses (a judge, before its first GPU lock):
-    its forward on meta tensors names the libraries (common.library_of). A reference that cannot
-    run on meta tensors preloads what it named before it stopped; nothing fails here."""
+    """preload_libraries for what the task's reference uses (a judge, before its first GPU lock),
+    named by its modules (common.module_libraries; the model is built on the meta device). Not
+    by a meta forward: a dispatch mode's first use imports TorchDynamo (1.4 s of CPU on this
+    project's CI host) and a recurrent layer's meta forward takes seconds. A library the
+    reference calls only functionally is loaded by its first call, as without a preload;
+    nothing fails here."""
     import torch
 
-    from tools.worker.common import libraries_used, load_task
+    from tools.worker.common import load_task, module_libraries
 
-    seen: set[str] = set()
     try:
         task = load_task(task_source, overrides)
-        # the process's random state is the judge's: untouched (forked) by this meta forward;
-        # `seen` is filled as the ops run, so a forward that stops keeps what it named
-        with (
-            torch.random.fork_rng(devices=[]),
-            libraries_used() as seen,
-            torch.no_grad(),
-            torch.device("meta"),
-        ):
-            task.module.Model(*task.init_args())(*task.inputs(0, "meta"))
+        # the process's random state is the judge's: untouched (forked) by this build
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            found = module_libraries(task.module.Model(*task.init_args()))
     except Exception:  # noqa: BLE001 - a hint only: the first call loads what was not preloaded
-        pass
-    return preload_libraries(seen)
+        return {}
+    return preload_libraries(found)

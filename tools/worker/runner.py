@@ -202,7 +202,7 @@ class Runner:
         PyTorch op on a CUDA tensor raises there. Best effort: whatever stops it (a host value
         read from a tensor, an op meta tensors lack) leaves the rest to be compiled by the first
         real call, as without it; the reply says how far it got."""
-        from tools.worker.common import compile_only
+        from tools.worker.common import compile_only, module_libraries
 
         task = self._task(m.get("overrides") or {})
         done = launchers = 0
@@ -218,7 +218,7 @@ class Runner:
                     model(*inputs)
                 finally:
                     done, launchers = int(state["kernels"]), int(state["launchers"])
-                    libraries = set(state["libraries"])
+                    libraries = set(state["libraries"]) | module_libraries(model)
         except (Exception, SystemExit) as e:
             stopped = {"stopped": one_line(e)[:300]}
         return {
