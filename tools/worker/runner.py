@@ -202,7 +202,7 @@ class Runner:
         PyTorch op on a CUDA tensor raises there. Best effort: whatever stops it (a host value
         read from a tensor, an op meta tensors lack) leaves the rest to be compiled by the first
         real call, as without it; the reply says how far it got."""
-        from tools.worker.common import compile_only, module_libraries
+        from tools.worker.common import compile_only
 
         task = self._task(m.get("overrides") or {})
         done = launchers = 0
@@ -218,7 +218,11 @@ class Runner:
                     model(*inputs)
                 finally:
                     done, launchers = int(state["kernels"]), int(state["launchers"])
-                    libraries = set(state["libraries"]) | module_libraries(model)
+                    libraries = set(state["libraries"])
+                    # a recurrent layer is cuDNN's on a GPU, per-step matrix products on meta
+                    # tensors; other layers (often kept only for their weights) count if called
+                    if any(isinstance(x, torch.nn.RNNBase) for x in model.modules()):
+                        libraries.add("cudnn")
         except (Exception, SystemExit) as e:
             stopped = {"stopped": one_line(e)[:300]}
         return {
