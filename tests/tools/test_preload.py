@@ -2,10 +2,9 @@
 cuDNN and cuBLAS the candidate's PyTorch ops use (common.library_of), and the runner opens those
 libraries' files then (gpumem.preload_libraries), so the recording call does not load them
 inside its shared hold. No GPU here: the selection and the runner's bookkeeping are tested with
-fakes; test_gpu.py's precompile test shows the real load."""
+fakes; test_gpu.py::test_the_runner_loads_cudnn_before_the_recording_call shows the real load."""
 
 import ctypes
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from test_precompile import _precompile  # the candidate's precompile in a child process
 
 from tools.worker import gpumem
 from tools.worker.common import compile_only
@@ -155,18 +155,7 @@ def test_the_runner_preloads_what_its_forward_uses_once(tmp_path):
     src = src.replace(
         "x = x.contiguous()", "x = torch.nn.functional.linear(x, torch.ones(x.shape[1], x.shape[1]))"
     )
-    cand = tmp_path / "cand.py"
-    cand.write_text(src)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(CORPUS / "tasks" / "relu.py"), str(cand)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    rep = json.loads(out.stdout.strip().splitlines()[-1])
+    rep = _precompile(src, tmp_path, _SCRIPT)
     # CPU torch has no cuBLAS to open: nothing opened, but the runner asked (and only once)
     assert rep["cpu"] is None and rep["first"] == 0 and rep["first_s"] >= 0 and rep["second"] is None
 
@@ -202,15 +191,4 @@ def test_the_runner_names_what_its_forward_calls(tmp_path, layer, call, asked):
     src = (CORPUS / "good" / "relu_good.py").read_text()
     src = src.replace("super().__init__()", f"super().__init__()\n        self.layer = {layer}")
     src = src.replace("x = x.contiguous()", f"x = ({call}).contiguous()")
-    cand = tmp_path / "cand.py"
-    cand.write_text(src)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", _LSTM_SCRIPT, str(CORPUS / "tasks" / "relu.py"), str(cand)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == asked
+    assert _precompile(src, tmp_path, _LSTM_SCRIPT) == asked
