@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
-from tools.worker.common import SAME_CHUNK, as_outputs, chunk_ranges, load_task, to_device
-from tools.worker.gpumem import ensure_cuda_context, preload_for_reference, visible_gpu_query
+from tools.worker.common import SAME_CHUNK, as_outputs, chunk_ranges, load_task, module_libraries, to_device
+from tools.worker.gpumem import ensure_cuda_context, preload_libraries, visible_gpu_query
 from tools.worker.laps import Laps, cpu_times
 
 # A stage timing leaves it to the runner whether to time the forward's CUDA-graph replay too
@@ -280,7 +280,7 @@ def _time(
     # lock, not inside it (tools/worker/evaluate.py)
     ensure_cuda_context()
     # and loads the libraries the reference calls (cuDNN for a convolution), also before the lock
-    preload_for_reference(job.task_source, dict(job.size_overrides))
+    preload_libraries(module_libraries(ref_cpu))
     if staging:
         _staged_reply(runner, RunnerFailure)
     lap("load")
