@@ -39,6 +39,29 @@ def units_by_cost(low: Lowering) -> list[Unit]:
     return sorted(low.units, key=lambda u: -group_cost(low.view, u.group) if u.group else 0.0)
 
 
+def alike_units(low: Lowering, params: dict[str, Any]) -> list[list[Unit]]:
+    """The units of `low` (lowered at `params`) in classes that a tuning move changes together,
+    the most expensive class first: units of one family with the same parameters and the same
+    estimated cost (the same shapes), e.g. an unrolled recurrent cell's per-step GEMMs. Each of
+    the eight GEMMs of the suite's unrolled GRU holds a ninth of its forward, so a move of one
+    could not gain more than that (its tuning stages kept the seed, H200, 2026-12-06), while the
+    same tile for all eight is the engineer's move."""
+    classes: dict[tuple[str, str, str], list[Unit]] = {}
+    for u in units_by_cost(low):
+        classes.setdefault((u.name, _key(own(u.tag, params)), _shapes(low, u)), []).append(u)
+    return sorted(classes.values(), key=lambda c: -sum(group_cost(low.view, u.group) for u in c if u.group))
+
+
+def _shapes(low: Lowering, u: Unit) -> str:
+    """A group's ops with their shapes and module settings, and the shapes it reads: equal for
+    the same computation on other values (a unit of the whole graph is alike no other)."""
+    if u.group is None:
+        return str(u.tag)
+    nodes = [low.view.nodes[n] for n in u.group.nodes]
+    ops = [(n.op, n.shape, n.module_attrs) for n in nodes]
+    return _key({"ops": ops, "reads": [low.view.nodes[r].shape for r in u.group.inputs]})
+
+
 # The first seed's kernels replayed as a CUDA graph, offered at seed time (ExpertCode._graph_seed).
 GRAPH_SEED_ORIGIN = f"seed:{HOST_PARAM}={GRAPH_REPLAY}"
 
@@ -185,8 +208,10 @@ class ExpertCode:
         tried = self._tried(req)
         # The coordinate moves around the best kernel, most promising first (the biggest group
         # first); variant i of a parallel round takes the i-th.
-        moves: list[tuple[Unit, str, Any, dict[str, Any]]] = []
-        for u in units_by_cost(low.at(base)):
+        # Alike units (alike_units) move together.
+        moves: list[tuple[list[Unit], str, Any, dict[str, Any]]] = []
+        for units in alike_units(low.at(base), base):
+            u = units[0]
             ub = own(u.tag, base)
             space = u.space(ub, stage)
             names = [p for p in order if p in space] + sorted(p for p in space if p not in order)
@@ -194,10 +219,12 @@ class ExpertCode:
                 for value in space[pname]:
                     if ub.get(pname) == value:
                         continue
-                    cand = replace_unit(base, u.tag, dict(ub, **{pname: value}))
+                    cand = dict(base)
+                    for m in units:
+                        cand = replace_unit(cand, m.tag, dict(ub, **{pname: value}))
                     if _key(cand) in tried or not low.valid(cand):
                         continue
-                    moves.append((u, pname, value, cand))
+                    moves.append((units, pname, value, cand))
         # Mapping also chooses how the host launches the kernels: many groups launched one by
         # one can cost more than their GPU work, so replaying them as one CUDA graph comes first.
         graph = self._graph_variant(req, low, base, tried) if stage == "mapping" else None
@@ -209,10 +236,14 @@ class ExpertCode:
             index = req.seed_index
         if index >= len(moves):
             return CodeReply(source=None, family=low.family, note=f"{stage} space exhausted")
-        u, pname, value, cand = moves[index]
-        full = pname if u.tag is None else f"{u.tag}.{pname}"
+        units, pname, value, cand = moves[index]
+        u = units[0]
+        tags = "+".join(str(m.tag) for m in units)
+        full = pname if u.tag is None else f"{tags}.{pname}"
         why = f"{stage} coordinate search around the best kernel ({full}={own(u.tag, base).get(pname)!r})"
-        if u.tag is not None:
+        if u.tag is not None and len(units) > 1:
+            why += f"; {tags} ({u.name}) are alike (same shapes and parameters) and move together"
+        elif u.tag is not None:
             why += f"; {u.tag} ({u.name}) is the largest group not yet exhausted"
         if req.n_seeds > 1:
             why += f"; variant {req.seed_index + 1}/{req.n_seeds} of a parallel round"
