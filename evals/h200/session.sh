@@ -40,8 +40,11 @@
 #            arguments, e.g. --k 65536)
 #   libwarm  a fresh process's first conv and matmul with and without loading cuDNN's and
 #            cuBLAS's libraries first (evals/h200/libwarm_probe.py; its arguments)
+#   host     `session.sh host [TASK.py KERNEL.py ...]`: one Triton launch's host cost (JIT path,
+#            compiled launcher, a PyTorch op) and each kernel file's launched forward against its
+#            CUDA-graph replay, with its host profile (evals/h200/host_probe.py)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|probe|kernels|membw|libwarm|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|probe|kernels|membw|libwarm|host|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -149,6 +152,9 @@ case "$step" in
   kernels)
     timeout -s INT "$budget" python3 -m evals.h200.kernel_times "$@" --out "$out" 2>&1 \
       | grep -v tool.describe | tee -a "$out/kernels.txt" || true
+    ;;
+  host)
+    timeout -s INT "$budget" python3 -m evals.h200.host_probe "$@" --out "$out" 2>&1 | tee -a "$out/host.txt" || true
     ;;
   membw)
     # which kernel shapes reach the bandwidth roof for four memory-bound patterns (its arguments)
