@@ -99,6 +99,8 @@ def _kernel(kname: str, chain: Chain, params: dict[str, Any], masks: list[OpNode
                 f"    {v} = tl.load({P}_ptr).to(tl.float32)",
                 f"elif {P}_MODE == 2:",
                 f"    {v} = tl.load({P}_ptr + (offs // {P}_inner) % {P}_size{m}).to(tl.float32)",
+                f"elif {P}_MODE == 3:",
+                f"    {v} = tl.load({P}_ptr + (offs // {P}_inner) * {P}_size + offs % {P}_inner{m}{ev}).to(tl.float32)",
                 "else:",
                 f"    {v} = tl.load({P}_ptr + offs{m}{ev}).to(tl.float32)",
             ]

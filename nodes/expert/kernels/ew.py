@@ -23,14 +23,25 @@ def _ew_softplus(x, beta, threshold):
 
 
 def _bcast(t, shape):
-    """(contiguous tensor, mode, inner, size): mode 0 = same shape, 1 = one element, 2 = block
-    (the operand's varying dims are one contiguous block of the output's dims)."""
+    """(tensor, mode, inner, size): mode 0 = same shape, contiguous; 1 = one element; 2 = block
+    (the operand's varying dims are one contiguous block of the output's dims); 3 = same shape
+    in rows: contiguous rows of `inner` elements, `size` elements apart (a chunk or slice along
+    the last dim, as an LSTM's gates.chunk(4, 1)), read in place instead of copied first."""
     n = 1
     for s in shape:
         n *= s
     if t.numel() == 1:
         return t.reshape(1), 1, 1, 1
     if tuple(t.shape) == tuple(shape):
+        if t.is_contiguous():
+            return t, 0, 1, n
+        st, sh = t.stride(), t.shape
+        rows = t.dim() >= 2 and st[-1] == 1 and sh[-1] > 1
+        for i in range(t.dim() - 2):
+            # the leading dims fold into one row index (size-1 dims have any stride)
+            rows = rows and (sh[i] == 1 or st[i] == st[i + 1] * sh[i + 1])
+        if rows:
+            return t, 3, sh[-1], st[-2]
         return t.contiguous(), 0, 1, n
     dims = [1] * (len(shape) - t.dim()) + list(t.shape)
     if len(dims) != len(shape):
