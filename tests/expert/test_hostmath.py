@@ -22,13 +22,15 @@ exec(sys.stdin.read(), ns)
 ints = list(range(0, 4100)) + [2**31 - 1, 2**31, 2**40 + 3]
 bad = [n for n in ints if ns["_host_next_pow2"](n) != triton.next_power_of_2(n)]
 bad += [(a, b) for a in range(-70, 300) for b in (1, 2, 3, 7, 64, 1024) if ns["_host_cdiv"](a, b) != triton.cdiv(a, b)]
-shapes = [((4, 1, 3), (4, 1, 3)), ((4, 1, 3), (5, 3)), ((2, 3), (2, 3), (1, 3)), ((), (7,)), ((8,), (8,), (8,))]
+shapes = [((4, 1, 3), (4, 1, 3)), ((4, 1, 3), (5, 3)), ((2, 3), (2, 3), (1, 3)), ((), (7,)), ((8,), (8,), (8,)),
+          ((16, 32, 8, 8), (16, 32, 1, 1)), ((0, 3), (1, 3)), ((1, 0), (5, 1)), ((3, 1, 1), (1, 4, 1), (2,))]
 bad += [s for s in shapes if ns["_host_broadcast"](*map(torch.Size, s)) != torch.broadcast_shapes(*s)]
-try:
-    ns["_host_broadcast"](torch.Size((2, 3)), torch.Size((4, 3)))
-    bad.append("no error for (2, 3) with (4, 3)")
-except RuntimeError:
-    pass
+for a, b in (((2, 3), (4, 3)), ((0, 3), (2, 3)), ((3,), (4, 1, 2))):
+    try:
+        ns["_host_broadcast"](torch.Size(a), torch.Size(b))
+        bad.append(f"no error for {a} with {b}")
+    except RuntimeError:
+        pass
 try:
     ns["_host_next_pow2"](3.0)
     bad.append("a float accepted")
@@ -49,7 +51,10 @@ def test_the_helpers_answer_as_triton_and_torch_do():
 
 def test_only_calls_are_swapped():
     text = "g = triton.cdiv(n, 4) + triton.next_power_of_2(k)\ns = torch.broadcast_shapes(a.shape, b.shape)\n"
-    assert host_math(text) == "g = _host_cdiv(n, 4) + _host_next_pow2(k)\ns = _host_broadcast(a.shape, b.shape)\n"
+    assert (
+        host_math(text)
+        == "g = _host_cdiv(n, 4) + _host_next_pow2(k)\ns = _host_broadcast(a.shape, b.shape)\n"
+    )
     kept = "f = triton.cdiv\nx = mytriton.cdiv(1, 2)\n"
     assert host_math(kept) == kept
 

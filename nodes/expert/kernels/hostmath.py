@@ -4,7 +4,8 @@
 Python each goes through ConstexprFunction.__call__ (an import, argument unwrapping), about 5 us
 a call on a 2-core CPU host against well under 1 us for the arithmetic itself, and a launcher
 calls them several times per kernel. `torch.broadcast_shapes` runs PyTorch's Python reference
-implementation (about 9 us a call there) even when every shape is the same. The assembler
+implementation with symbolic-shape guards (about 9 us a call there for equal shapes, more for
+unequal ones). The assembler
 (assemble.render) swaps these in for the host code of a candidate; kernels keep Triton's own.
 """
 
@@ -23,8 +24,16 @@ def _host_next_pow2(n):
 
 
 def _host_broadcast(*shapes):
-    """torch.broadcast_shapes, answered at once when all shapes are equal."""
+    """torch.broadcast_shapes over shapes (tuples of ints): NumPy's rule in plain Python."""
     first = shapes[0]
     if all(s == first for s in shapes[1:]):
         return torch.Size(first)
-    return torch.broadcast_shapes(*shapes)
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        for i, d in enumerate(s, nd - len(s)):
+            if d != 1:
+                if out[i] != 1 and out[i] != d:
+                    raise RuntimeError(f"shapes {[tuple(x) for x in shapes]} do not broadcast")
+                out[i] = d
+    return torch.Size(out)
