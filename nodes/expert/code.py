@@ -42,10 +42,10 @@ def units_by_cost(low: Lowering) -> list[Unit]:
 def alike_units(low: Lowering, params: dict[str, Any]) -> list[list[Unit]]:
     """The units of `low` (lowered at `params`) in classes that a tuning move changes together,
     the most expensive class first: units of one family with the same parameters and the same
-    estimated cost (the same shapes), e.g. an unrolled recurrent cell's per-step GEMMs. Each of
-    the eight GEMMs of the suite's unrolled GRU holds a ninth of its forward, so a move of one
-    could not gain more than that (its tuning stages kept the seed, H200, 2026-12-06), while the
-    same tile for all eight is the engineer's move."""
+    ops on the same shapes (_shapes), e.g. an unrolled recurrent cell's per-step GEMMs. Each of
+    the eight GEMMs of the suite's unrolled GRU holds about a ninth of its estimated work
+    (group_cost), so a move of one could not gain more than that (its tuning stages kept the
+    seed, H200, 2026-12-06), while the same tile for all eight is the engineer's move."""
     classes: dict[tuple[str, str, str], list[Unit]] = {}
     for u in units_by_cost(low):
         classes.setdefault((u.name, _key(own(u.tag, params)), _shapes(low, u)), []).append(u)
