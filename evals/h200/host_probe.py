@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import json
 import os
@@ -34,15 +33,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-
-def _module(path: str, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _per_launch_us(launch, n: int) -> float:
@@ -92,11 +82,13 @@ def launch_costs(n: int = 2000) -> dict[str, float]:
 def forward_costs(task_path: str, kernel_path: str, calls: int) -> dict[str, Any]:
     import torch
 
-    task = _module(task_path, "probe_task")
-    kern = _module(kernel_path, "probe_kernel")
+    from tools.worker.common import load_module, load_task
+
+    task = load_task(Path(task_path).read_text(), {})
+    kern = load_module(Path(kernel_path).read_text(), "probe_kernel")
     torch.manual_seed(0)
-    model = kern.ModelNew(*task.get_init_inputs()).cuda().eval()
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+    model = kern.ModelNew(*task.init_args()).cuda().eval()
+    inputs = task.inputs(0, "cuda")
     fwd = getattr(model, "forward_eager", model.forward)
     with torch.no_grad():
         for _ in range(10):
