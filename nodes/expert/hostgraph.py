@@ -22,7 +22,7 @@ from .kernelfiles import kernel_source
 HOST_PARAM = "host"
 GRAPH_REPLAY = "graph"
 # Kernel groups from which the launches of one forward likely cost the host more than a replay's
-# own overhead (an input copy, the replay, an output copy: about 15 us).
+# own overhead (the replay and a copy of the outputs: about 10 us; the inputs are read in place).
 MIN_GROUPS = 4
 # A call this many times longer than its CUDA-graph replay is host-bound (the profiler says so).
 HOST_BOUND_RATIO = 1.25

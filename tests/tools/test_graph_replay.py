@@ -4,8 +4,9 @@
    replays its own kernels passes `runtime.no_launch` and one that replays PyTorch ops alone does
    not (tools/worker/common.py install_graph_hooks), on a stand-in graph class.
 2. The candidate-side helper (nodes/expert/kernels/graphreplay.py graph_call): eager on the first
-   call of a signature, capture and replay on the second, replay alone after that; a copy of the
-   outputs each call; eager again when a parameter is replaced, the module switches train/eval,
+   call of a signature and on tensors at addresses not seen before, capture on the caller's own
+   tensors when their addresses come again, replay alone after that; a copy of the outputs each
+   call; eager again when a parameter is replaced, the module switches train/eval,
    autograd records, or the forward writes into its inputs. A stand-in graph re-runs what was
    "captured" on the captured buffers, as a real replay does.
 
@@ -125,44 +126,60 @@ REPLAY = textwrap.dedent(
         def forward(self, x):
             return gr.graph_call(self, self.forward_eager, (x,))
 
-    def call(net, v):
-        x = torch.full((4,), float(v))
+    def call(net, x, v=None):
+        # net(x) after filling x with v (the same tensor, new values): whether forward's
+        # Python ran and whether the answer is right
+        if v is not None:
+            x.fill_(float(v))
         n = len(runs)
         with torch.no_grad():
             out = net(x)
         ok = torch.equal(out, x * net.w.detach() + 1.0)
         return {"ran_eagerly": len(runs) - n, "right": bool(ok), "out": out}
 
+    def full(v):
+        return torch.full((4,), float(v))
+
     net = Net()
     steps = {}
-    steps["first"] = call(net, 1)
-    steps["second"] = call(net, 2)
-    third = call(net, 3)
-    steps["third"] = third
-    fourth = call(net, 4)
-    steps["fourth"] = fourth
+    xa, xb = full(1), full(2)  # both alive: two addresses
+    steps["first"] = call(net, xa)
+    steps["new_address"] = call(net, xb)
+    steps["seen_again"] = call(net, xb, 3)  # captured on xb itself and replayed
+    third = steps["seen_again"]
+    fourth = call(net, xb, 4)  # replayed: reads xb's new values in place
+    steps["replay"] = fourth
     steps["fresh_outputs"] = {"ran_eagerly": 0, "right": bool(torch.equal(third["out"], torch.full((4,), 7.0)))}
+    steps["other_seen"] = call(net, xa, 5)  # xa was seen by the first call: its own graph
+    steps["other_replay"] = call(net, xa, 6)
+    steps["back_to_b"] = call(net, xb, 7)
+    unseen = [full(v) for v in range(8, 13)]  # all alive: five new addresses
+    steps["unseen"] = [call(net, x)["ran_eagerly"] for x in unseen]
+    steps["unseen_right"] = all(call(net, x)["right"] for x in unseen[:1])
     with torch.no_grad():
         net.w.mul_(0.5)  # in place: the graph reads the same memory
-    steps["weights_in_place"] = call(net, 5)
-    net.w = nn.Parameter(torch.full((4,), 3.0))  # replaced: recaptured after one eager call
-    steps["replaced"] = call(net, 6)
-    steps["replaced_next"] = call(net, 7)
+    steps["weights_in_place"] = call(net, xb, 13)
+    net.w = nn.Parameter(torch.full((4,), 3.0))  # replaced: eager, then captured anew
+    steps["replaced"] = call(net, xb, 14)
+    steps["replaced_next"] = call(net, xb, 15)
+    steps["replaced_replay"] = call(net, xb, 16)
     net.eval()
-    steps["eval"] = call(net, 8)
-    x = torch.full((4,), 9.0)
+    steps["eval"] = call(net, xb, 17)
+    x = full(18)
     n = len(runs)
     net(x)  # autograd records: eager
     steps["grad"] = {"ran_eagerly": len(runs) - n, "right": True}
     many = Net()
     for n in range(1, 12):  # eleven signatures: the oldest graphs are dropped
+        x = torch.ones(n, 4)
         with torch.no_grad():
-            many(torch.ones(n, 4))
-            many(torch.ones(n, 4))
+            many(x)
+            many(x)
     steps["kept_graphs"] = len(many.egg_graphs)
     writer = Net()
     writer.mutate = True
-    steps["writer"] = [call(writer, v)["ran_eagerly"] for v in (1, 2, 3)]
+    xw = full(1)
+    steps["writer"] = [call(writer, xw, v)["ran_eagerly"] for v in (1, 2, 3)]
     print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "out"} if isinstance(v, dict) else v)
                       for k, v in steps.items()}))
     """
@@ -187,16 +204,22 @@ def test_a_replay_counts_the_kernels_its_graph_captured():
     assert r["outside_any_log"] == 0
 
 
-def test_graph_call_runs_eagerly_once_then_replays_and_falls_back_when_the_module_changes():
+def test_graph_call_replays_a_graph_captured_on_the_callers_own_tensors():
     r = _child(REPLAY)
     assert all(v["right"] for k, v in r.items() if isinstance(v, dict)), r
+    assert r["unseen_right"]
     assert r["first"]["ran_eagerly"] == 1  # the first call of a signature is eager
-    assert r["second"]["ran_eagerly"] == 1  # the capture runs forward's Python once
-    assert r["third"]["ran_eagerly"] == 0 and r["fourth"]["ran_eagerly"] == 0  # replays
+    assert r["new_address"]["ran_eagerly"] == 1  # tensors at an address not seen before: eager
+    assert r["seen_again"]["ran_eagerly"] == 1  # the capture runs forward's Python once
+    assert r["replay"]["ran_eagerly"] == 0  # replayed, reading the tensor's new values in place
     assert r["fresh_outputs"]["right"]  # the third call's output survived the fourth replay
+    assert r["other_seen"]["ran_eagerly"] == 1 and r["other_replay"]["ran_eagerly"] == 0
+    assert r["back_to_b"]["ran_eagerly"] == 0  # both graphs kept
+    assert r["unseen"] == [1, 1, 1, 1, 1]  # never captured on addresses seen once
     assert r["weights_in_place"]["ran_eagerly"] == 0
     assert r["replaced"]["ran_eagerly"] == 1 and r["replaced_next"]["ran_eagerly"] == 1
+    assert r["replaced_replay"]["ran_eagerly"] == 0
     assert r["eval"]["ran_eagerly"] == 1
     assert r["grad"]["ran_eagerly"] == 1
-    assert r["writer"] == [1, 1, 1]
-    assert r["kept_graphs"] == 8  # a forward that writes into its inputs is never replayed
+    assert r["writer"] == [1, 1, 1]  # a forward that writes into its inputs is never replayed
+    assert r["kept_graphs"] == 8

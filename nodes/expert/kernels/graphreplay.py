@@ -10,52 +10,62 @@ forward then reads `return graph_call(self, self.forward_eager, (x, ...))`.
 import torch
 
 
-def graph_call(module, forward, args, max_graphs=8):
-    """forward(*args), replayed as a CUDA graph once it has run eagerly for the same inputs'
-    shapes, strides, dtypes and scalars.
+def graph_call(module, forward, args, max_graphs=8, max_seen=4):
+    """forward(*args), replayed as a CUDA graph captured on these very input tensors.
 
-    The first call of a signature runs eagerly: it compiles the kernels, and it is that call's
-    answer. The second captures forward on copies of the inputs and replays it; every later call
-    copies its inputs into those buffers, replays, and returns copies of the graph's outputs, so
-    a caller never holds memory the next replay writes. One replay per call, so state the
-    forward updates on the GPU (batch norm's running statistics) moves as it would eagerly.
-    The eager path is taken, and the graph dropped, when the module changed since the capture
-    (a parameter or buffer replaced or moved, a train/eval switch); it is taken always for CPU
-    tensors, with autograd recording (a replay would not rebuild its graph), inside another
-    capture, and where a replay could differ from an eager call: a
-    forward that writes into its inputs, or outputs that are not tensors. One module's calls must
-    not overlap from several threads (they share the graph's input and output buffers)."""
+    A graph reads its inputs where the capture found them, so it is captured on the caller's own
+    tensors and replayed only for a call whose tensors have the same addresses, shapes, strides
+    and dtypes (and the same scalars): the caller's memory is read in place, with no copy into
+    buffers of the graph's own (on the H200 the squeeze-excite candidate's 103 MB input cost as
+    long to copy in as its whole replay). Inputs at addresses not seen before run eagerly, and
+    addresses seen again (a loop over the same tensors, or the caching allocator handing back
+    the same blocks) are captured then: the first call of a signature runs eagerly (it compiles
+    the kernels, and it is that call's answer), the second call on the same tensors captures
+    and replays. Every replay returns copies of the graph's outputs, so a caller never holds
+    memory the next replay writes. One replay per call, so state the forward updates on the GPU
+    (batch norm's running statistics) moves as it would eagerly. The eager path is taken, and
+    the graphs dropped, when the module changed since the capture (a parameter or buffer
+    replaced or moved, a train/eval switch); it is taken always for CPU tensors, with autograd
+    recording (a replay would not rebuild its graph), inside another capture, and where a replay
+    could differ from an eager call: a forward that writes into its inputs, or outputs that are
+    not tensors. One module's calls must not overlap from several threads (they share the
+    graphs' output buffers). At most max_graphs graphs are kept (the oldest go first)."""
     sig = graph_signature(args)
     if sig is None or torch.is_grad_enabled() or torch.cuda.is_current_stream_capturing():
         return forward(*args)
     if not hasattr(module, "egg_graphs"):
-        module.egg_graphs = {}
-    entry = module.egg_graphs.get(sig)
-    if entry is not None and not graph_guards_hold(entry["guards"]):
-        entry = None
-    if entry is None:
-        if sig not in module.egg_graphs and len(module.egg_graphs) >= max_graphs:
-            # at most max_graphs signatures: the oldest one's graph and memory pool go first
-            module.egg_graphs.pop(next(iter(module.egg_graphs)))
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        module.egg_graphs = {}  # (signature, addresses) -> captured graph, its outputs, guards
+        module.egg_signatures = {}  # signature -> replayable?, addresses seen lately, guards
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    ptrs = tuple(t.data_ptr() for t in tensors)
+    known = module.egg_signatures.get(sig)
+    if known is not None and not graph_guards_hold(known["guards"]):
+        # the module changed: every graph of this signature read the old parameters or flags
+        for key in [k for k in module.egg_graphs if k[0] == sig]:
+            del module.egg_graphs[key]
+        del module.egg_signatures[sig]
+        known = None
+    if known is None:
         before = [t._version for t in tensors]
         out = forward(*args)
         replayable = before == [t._version for t in tensors] and graph_outputs(out) is not None
-        module.egg_graphs[sig] = {"guards": graph_guards(module), "graph": None, "eager": not replayable}
+        module.egg_signatures[sig] = {"guards": graph_guards(module), "replay": replayable, "seen": [ptrs]}
         return out
-    if entry["eager"]:
+    if not known["replay"]:
         return forward(*args)
-    if entry["graph"] is None:
-        static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    entry = module.egg_graphs.get((sig, ptrs))
+    if entry is None:
+        if ptrs not in known["seen"]:
+            known["seen"] = [*known["seen"], ptrs][-max_seen:]
+            return forward(*args)
+        while len(module.egg_graphs) >= max_graphs:
+            # the oldest graph and its memory pool go first
+            module.egg_graphs.pop(next(iter(module.egg_graphs)))
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
-            entry["out"] = forward(*static)
-        entry["graph"] = graph
-        entry["static"] = static
-    for dst, src in zip(entry["static"], args, strict=True):
-        if isinstance(src, torch.Tensor):
-            dst.copy_(src)
+            out = forward(*args)
+        entry = module.egg_graphs[(sig, ptrs)] = {"graph": graph, "out": out}
     entry["graph"].replay()
     out = entry["out"]
     if isinstance(out, torch.Tensor):
