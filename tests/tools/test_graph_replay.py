@@ -6,7 +6,8 @@
 2. The candidate-side helper (nodes/expert/kernels/graphreplay.py graph_call): eager on the first
    call of a signature and on tensors at addresses not seen before, capture on the caller's own
    tensors when their addresses come again, replay alone after that; a copy of the outputs each
-   call; eager again when a parameter is replaced, the module switches train/eval,
+   call (the graph's own outputs with copy_outputs=False, for a prefix whose outputs the caller
+   consumes at once); eager again when a parameter is replaced, the module switches train/eval,
    autograd records, or the forward writes into its inputs. A stand-in graph re-runs what was
    "captured" on the captured buffers, as a real replay does.
 
@@ -112,6 +113,7 @@ REPLAY = textwrap.dedent(
             super().__init__()
             self.w = nn.Parameter(torch.full((4,), 2.0))
             self.mutate = False
+            self.copy_outputs = True
 
         def forward_eager(self, x):
             runs.append(1)
@@ -124,7 +126,7 @@ REPLAY = textwrap.dedent(
             return y
 
         def forward(self, x):
-            return gr.graph_call(self, self.forward_eager, (x,))
+            return gr.graph_call(self, self.forward_eager, (x,), copy_outputs=self.copy_outputs)
 
     def call(net, x, v=None):
         # net(x) after filling x with v (the same tensor, new values): whether forward's
@@ -149,6 +151,8 @@ REPLAY = textwrap.dedent(
     third = steps["seen_again"]
     fourth = call(net, xb, 4)  # replayed: reads xb's new values in place
     steps["replay"] = fourth
+    statics = [e["out"] for e in net.egg_graphs.values()]
+    steps["copied"] = all(fourth["out"].data_ptr() != s.data_ptr() for s in statics)
     steps["fresh_outputs"] = {"ran_eagerly": 0, "right": bool(torch.equal(third["out"], torch.full((4,), 7.0)))}
     steps["other_seen"] = call(net, xa, 5)  # xa was seen by the first call: its own graph
     steps["other_replay"] = call(net, xa, 6)
@@ -176,6 +180,15 @@ REPLAY = textwrap.dedent(
             many(x)
             many(x)
     steps["kept_graphs"] = len(many.egg_graphs)
+    prefix = Net()
+    prefix.copy_outputs = False  # a prefix's outputs, consumed at once: the graph's own tensors
+    xp = full(1)
+    steps["prefix_first"] = call(prefix, xp)
+    captured = call(prefix, xp, 2)
+    replayed = call(prefix, xp, 3)
+    steps["prefix_replay"] = replayed
+    static = next(iter(prefix.egg_graphs.values()))["out"]
+    steps["prefix_static"] = captured["out"] is static and replayed["out"] is static
     writer = Net()
     writer.mutate = True
     xw = full(1)
@@ -213,6 +226,7 @@ def test_graph_call_replays_a_graph_captured_on_the_callers_own_tensors():
     assert r["seen_again"]["ran_eagerly"] == 1  # the capture runs forward's Python once
     assert r["replay"]["ran_eagerly"] == 0  # replayed, reading the tensor's new values in place
     assert r["fresh_outputs"]["right"]  # the third call's output survived the fourth replay
+    assert r["copied"]  # a replay returns copies, not the graph's own output
     assert r["other_seen"]["ran_eagerly"] == 1 and r["other_replay"]["ran_eagerly"] == 0
     assert r["back_to_b"]["ran_eagerly"] == 0  # both graphs kept
     assert r["unseen"] == [1, 1, 1, 1, 1]  # never captured on addresses seen once
@@ -223,3 +237,6 @@ def test_graph_call_replays_a_graph_captured_on_the_callers_own_tensors():
     assert r["grad"]["ran_eagerly"] == 1
     assert r["writer"] == [1, 1, 1]  # a forward that writes into its inputs is never replayed
     assert r["kept_graphs"] == 8
+    # copy_outputs=False: the replay hands back the graph's own output tensor, no copy
+    assert r["prefix_first"]["ran_eagerly"] == 1 and r["prefix_replay"]["ran_eagerly"] == 0
+    assert r["prefix_static"]

@@ -4,13 +4,15 @@ A forward of tens of small kernels and library calls (ResNet-style networks at s
 the host more than the GPU: on the H200 a ResNet-18 forward of about 60 launches took 6.5 ms of
 wall time for 0.56 ms of GPU work. `graph_call` runs such a forward as one CUDA graph replay.
 Generators paste these functions into a candidate (kernelfiles.kernel_source); ModelNew's
-forward then reads `return graph_call(self, self.forward_eager, (x, ...))`.
+forward then reads `return graph_call(self, self.forward_eager, (x, ...))`, or replays all but
+the launches that make its outputs and launches those itself (`graph_call(..., copy_outputs=False)`
+for the prefix, `graph_fresh` on what the tail returns; nodes/expert/hostgraph.py).
 """
 
 import torch
 
 
-def graph_call(module, forward, args, max_graphs=8, max_seen=4):
+def graph_call(module, forward, args, max_graphs=8, max_seen=4, copy_outputs=True):
     """forward(*args), replayed as a CUDA graph captured on these very input tensors.
 
     A graph reads its inputs where the capture found them, so it is captured on the caller's own
@@ -22,7 +24,12 @@ def graph_call(module, forward, args, max_graphs=8, max_seen=4):
     the same blocks) are captured then: the first call of a signature runs eagerly (it compiles
     the kernels, and it is that call's answer), the second call on the same tensors captures
     and replays. Every replay returns copies of the graph's outputs, so a caller never holds
-    memory the next replay writes. One replay per call, so state the forward updates on the GPU
+    memory the next replay writes. With copy_outputs=False a replay returns the graph's own output
+    tensors instead, saving a read and a write of each (on the H200 the copy of the squeeze-excite
+    candidate's 103 MB output took half of its 0.097 ms replay): for a prefix of the forward whose
+    outputs the caller consumes at once on the same stream (the next replay overwrites them only
+    after that work), and the caller must not hand those tensors, or views of them, out (see
+    graph_fresh). One replay per call, so state the forward updates on the GPU
     (batch norm's running statistics) moves as it would eagerly. The eager path is taken, and
     the graphs dropped, when the module changed since the capture (a parameter or buffer
     replaced or moved, a train/eval switch); it is taken always for CPU tensors, with autograd
@@ -68,9 +75,30 @@ def graph_call(module, forward, args, max_graphs=8, max_seen=4):
         entry = module.egg_graphs[(sig, ptrs)] = {"graph": graph, "out": out}
     entry["graph"].replay()
     out = entry["out"]
+    if not copy_outputs:
+        return out
     if isinstance(out, torch.Tensor):
         return out.clone()
     return type(out)(o.clone() for o in out)
+
+
+def graph_fresh(out, prefix):
+    """`out` (a tensor, or a tuple or list of them) with a copy in place of each tensor that
+    shares memory with a tensor of `prefix` (what graph_call returned with copy_outputs=False):
+    a replay's outputs live in the graph's memory pool, which the next replay overwrites, so a
+    tail that hands one of them (or a view of it) back must hand back a copy. An eager call's
+    prefix tensors are that call's own and would not need it; the generated tail starts with a
+    launch, so an output in the prefix's memory is rare either way."""
+    pool = {p.untyped_storage().data_ptr() for p in prefix if isinstance(p, torch.Tensor)}
+
+    def fresh(t):
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in pool:
+            return t.clone()
+        return t
+
+    if isinstance(out, (tuple, list)):
+        return type(out)(fresh(o) for o in out)
+    return fresh(out)
 
 
 def graph_signature(args):
