@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from childproc import script_json
 
 from graph.records import TaskDescription
 from nodes.expert.hostgraph import HELPERS, with_graph_replay
@@ -250,18 +248,7 @@ def test_the_split_forward_runs_as_the_whole_forward_and_hands_out_no_graph_memo
     }
     assert all("def forward_prefix(" in s for s in sources.values())
     assert "return graph_fresh((v_out, v_mul), (v_sigmoid,))" in sources["alias"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", RUN],
-        input=json.dumps(sources),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r = script_json(RUN, stdin=json.dumps(sources))
     assert r["split_cpu"] and r["alias_cpu"]
     for name in ("split", "alias"):
         assert r[name]["graphs"] == 1 and r[name]["right"], r

@@ -530,22 +530,9 @@ def test_graph_call_on_cuda_reads_the_callers_tensors_in_place_and_hands_out_fre
     replayed with copy_outputs=False, tail launched) and a whole-forward replay (outputs copied)
     both hand out outputs of their own: four replayed calls' outputs held at once are four
     different buffers, right for their own inputs."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from childproc import script_json
 
-    root = Path(__file__).resolve().parents[2]
-    res = subprocess.run(
-        [sys.executable, "-c", GRAPH_CALL_ON_CUDA],
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    r = json.loads(res.stdout.strip().splitlines()[-1])
+    r = script_json(GRAPH_CALL_ON_CUDA)
     for name in ("Net", "Whole"):
         # xa (first call), xb (new address), xb (captured on it), xb (replay), xa (seen: captured), xa
         assert r[name]["eager"] == [1, 1, 1, 0, 1, 0], r

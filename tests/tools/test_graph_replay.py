@@ -17,12 +17,10 @@ tests/expert/test_expert_gpu.py replays real graphs.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from childproc import script_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -200,12 +198,7 @@ REPLAY = textwrap.dedent(
 
 
 def _child(script: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return script_json(script, env={"TRITON_INTERPRET": "1"})
 
 
 def test_a_replay_counts_the_kernels_its_graph_captured():
