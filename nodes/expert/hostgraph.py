@@ -120,8 +120,8 @@ def with_graph_replay(source: str, desc: TaskDescription) -> str:
     body splits (_tail_start) and the tail reads what the prefix made, forward replays only the
     prefix (forward_prefix, returning those names) and launches the tail itself: the tail's
     outputs are fresh tensors of each call, where a replay of the whole forward must copy its
-    outputs out of the graph's memory (on the H200 that copy was half the squeeze-excite
-    candidate's replay). forward_eager stays the whole forward."""
+    outputs out of the graph's memory (for the squeeze-excite candidate, about half its
+    replay at the H200's bandwidth). forward_eager stays the whole forward."""
     names = forward_arg_names(desc.source)
     tree = ast.parse(source)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
