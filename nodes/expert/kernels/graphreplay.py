@@ -19,29 +19,30 @@ def graph_call(module, forward, args, max_graphs=8, max_seen=4, copy_outputs=Tru
     tensors and replayed only for a call whose tensors have the same addresses, shapes, strides
     and dtypes (and the same scalars): the caller's memory is read in place, with no copy into
     buffers of the graph's own (the squeeze-excite candidate's 103 MB input: a copy reads and
-    writes 206 MB, about 0.05 ms at the H200's bandwidth, half of its 0.097 ms replay). Inputs at addresses not seen before run eagerly, and
-    addresses seen again (a loop over the same tensors, or the caching allocator handing back
-    the same blocks) are captured then: the first call of a signature runs eagerly (it compiles
-    the kernels, and it is that call's answer), the second call on the same tensors captures
-    and replays. Every replay returns copies of the graph's outputs, so a caller never holds
-    memory the next replay writes. With copy_outputs=False a replay returns the graph's own output
-    tensors instead, saving a read and a write of each (for the squeeze-excite candidate's
-    103 MB output, the same half of its replay again): for a prefix of the forward whose
-    outputs the caller consumes at once on the same stream (the next replay overwrites them only
-    after that work), and the caller must not hand those tensors, or views of them, out (see
-    graph_fresh). One replay per call, so state the forward updates on the GPU
-    (batch norm's running statistics) moves as it would eagerly. The eager path is taken, and
-    the graphs dropped, when the module changed since the capture (a parameter or buffer
-    replaced or moved, a train/eval switch); it is taken always for CPU tensors, with autograd
-    recording (a replay would not rebuild its graph), inside another capture, and where a replay
-    could differ from an eager call: a forward that writes into its inputs, or outputs that are
-    not tensors. One module's calls must not overlap from several threads (they share the
-    graphs' output buffers). At most max_graphs graphs are kept (the oldest go first)."""
+    writes 206 MB, about 0.05 ms at the H200's bandwidth, half of its 0.097 ms replay). Inputs
+    at addresses not seen before run eagerly, and addresses seen again (a loop over the same
+    tensors, or the caching allocator handing back the same blocks) are captured then: the first
+    call of a signature runs eagerly (it compiles the kernels, and it is that call's answer),
+    the second call on the same tensors captures and replays. Every replay returns copies of the
+    graph's outputs, so a caller never holds memory the next replay writes. With
+    copy_outputs=False a replay returns the graph's own output tensors instead, saving a read
+    and a write of each (for the squeeze-excite candidate's 103 MB output, the same half of its
+    replay again): for a prefix of the forward whose outputs the caller consumes at once on the
+    same stream (the next replay overwrites them only after that work), and the caller must not
+    hand those tensors, or views of them, out (see graph_fresh). One replay per call, so state
+    the forward updates on the GPU (batch norm's running statistics) moves as it would eagerly.
+    The eager path is taken, and the graphs dropped, when the module changed since the capture
+    (a parameter or buffer replaced or moved, a train/eval switch); it is taken always for CPU
+    tensors, with autograd recording (a replay would not rebuild its graph), inside another
+    capture, and where a replay could differ from an eager call: a forward that writes into its
+    inputs, or outputs that are not tensors. One module's calls must not overlap from several
+    threads (they share the graphs' output buffers). At most max_graphs graphs are kept (the
+    oldest go first)."""
     sig = graph_signature(args)
     if sig is None or torch.is_grad_enabled() or torch.cuda.is_current_stream_capturing():
         return forward(*args)
     if not hasattr(module, "egg_graphs"):
-        module.egg_graphs = {}  # (signature, addresses) -> captured graph, its outputs, guards
+        module.egg_graphs = {}  # (signature, addresses) -> the captured graph and its outputs
         module.egg_signatures = {}  # signature -> replayable?, addresses seen lately, guards
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     ptrs = tuple(t.data_ptr() for t in tensors)
