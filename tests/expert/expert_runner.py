@@ -220,10 +220,19 @@ def compile_kernels(job: dict, tmpdir: str, idx: int) -> dict:
                 and (vec in o if vec else not re.search(r"\.v[248]\.", o) and o.endswith("32"))
             )
 
+        if job.get("ptxas"):
+            from tools.worker.compile_job import ptxas_info
+
+            regs, spills = ptxas_info(ptx)
+        else:
+            regs = spills = None
         done.append(
             {
                 "kernel": fn.__name__,
                 "shared": k.metadata.shared,
+                # ptxas -v for sm_90a (jobs with "ptxas": true): registers a thread, spilled bytes
+                "registers": regs,
+                "spills": spills,
                 "n_regs": getattr(k, "n_regs", None),
                 "ld_v4": count("ld", ".v4."),
                 "ld_b32": count("ld", ""),

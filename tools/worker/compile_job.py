@@ -151,7 +151,7 @@ def _def_lines(source: str) -> dict[str, int]:
     return {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
 
 
-def _ptxas_info(ptx: str) -> tuple[int | None, int | None]:
+def ptxas_info(ptx: str) -> tuple[int | None, int | None]:
     import triton
 
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -214,7 +214,7 @@ def compile_recorded(source: str, module: Any, specs: list[dict[str, Any]]) -> d
                 "error": f"{spec['name']}: {type(e).__name__}: {first}"[:600],
                 "kernels": kernels,
             }
-        regs, spills = _ptxas_info(k.asm["ptx"])
+        regs, spills = ptxas_info(k.asm["ptx"])
         kernels.append(
             {
                 "name": spec["name"],

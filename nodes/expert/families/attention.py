@@ -41,6 +41,8 @@ class AttnPlan:
     # Scale factors computed in forward (Python numbers, e.g. 1 / math.sqrt(k.size(-1)) of a
     # partitioned graph), multiplied into `scale` at run time.
     scale_exprs: list[str] = field(default_factory=list)
+    # The widest head dim of Q/K and V as traced (0: unknown); the tiles are chosen for it.
+    head_dim: int = 0
 
 
 def _const(x: Any) -> float:
@@ -49,11 +51,16 @@ def _const(x: Any) -> float:
     return float(x)
 
 
-def _head_dims_fit(view: GraphView, q: Any, v: Any) -> None:
+def _head_dims_fit(view: GraphView, q: Any, v: Any) -> int:
+    """The widest traced head dim of Q/K and V (0 when neither shape is known)."""
+    widest = 0
     for what, ref in (("Q/K", q), ("V", v)):
         shape = view.nodes[view.resolve(ref["node"])].shape if is_node(ref) else None
         if shape and shape[-1] > MAX_HEAD_DIM:
             raise Unsupported(f"{what} head dim {shape[-1]} is wider than the fused kernel's {MAX_HEAD_DIM}")
+        if shape:
+            widest = max(widest, int(shape[-1]))
+    return widest
 
 
 def match(view: GraphView) -> AttnPlan | None:
@@ -68,7 +75,7 @@ def match(view: GraphView) -> AttnPlan | None:
         if arg_value(n, 4, "dropout_p", 0.0) not in (0, 0.0):
             raise Unsupported("scaled_dot_product_attention with dropout")
         scale = arg_value(n, 6, "scale")
-        _head_dims_fit(view, n.args[0], n.args[2])
+        head_dim = _head_dims_fit(view, n.args[0], n.args[2])
         return AttnPlan(
             _operand(view, n.args[0]),
             _operand(view, n.args[1]),
@@ -76,6 +83,7 @@ def match(view: GraphView) -> AttnPlan | None:
             None if scale is None else _const(scale),
             bool(arg_value(n, 5, "is_causal", False)),
             n.dtype or "float32",
+            head_dim=head_dim,
         )
     mms = [n for n in nodes if n.op == "matmul"]
     sms = [n for n in nodes if n.op == "softmax"]
@@ -127,7 +135,7 @@ def match(view: GraphView) -> AttnPlan | None:
     head_dim = (q_node.shape or [0])[-1] if q_node is not None else 0
     if head_dim and not scale_exprs and math.isclose(scale, 1.0 / math.sqrt(head_dim), rel_tol=1e-12):
         scale = None
-    _head_dims_fit(view, s1.args[0], s2.args[1])
+    widest = _head_dims_fit(view, s1.args[0], s2.args[1])
     return AttnPlan(
         _operand(view, s1.args[0]),
         k_expr,
@@ -137,6 +145,7 @@ def match(view: GraphView) -> AttnPlan | None:
         s2.dtype or "float32",
         diag if diag is not None else 1,
         scale_exprs,
+        widest,
     )
 
 
@@ -182,20 +191,59 @@ def algorithms(plan: AttnPlan) -> list[str]:
     return ["online-softmax", "online-softmax-ieee"] if plan.dtype == "float32" else ["online-softmax"]
 
 
+# Shared memory a block may use on sm_90 (227 KiB).
+SMEM_LIMIT = 227 * 1024
+
+
+def _split(plan: AttnPlan, params: dict[str, Any]) -> bool:
+    """fp32 operands through 3xTF32 dots: each tile is held as a TF32 high and low part."""
+    return plan.dtype == "float32" and not str(params.get("algorithm", "")).endswith("ieee")
+
+
+def _block_d(plan: AttnPlan) -> int:
+    return max(16, 1 << max(0, (plan.head_dim or 64) - 1).bit_length())
+
+
+def shared_bytes(plan: AttnPlan, params: dict[str, Any]) -> int | None:
+    """The 3xTF32 kernel's shared memory at the traced head dim, as Triton 3.6 lays it out for
+    sm_90: 8 bytes per head-dim element for each Q row and for each K and V row of every
+    pipeline stage (exact for the compiles of head dims 64, 128 and 256 in
+    tests/expert/test_attention_tiles.py). None for other precisions (not modelled)."""
+    if not _split(plan, params):
+        return None
+    rows = int(params["BLOCK_M"]) + int(params["num_stages"]) * int(params["BLOCK_N"])
+    return 8 * _block_d(plan) * rows
+
+
 def defaults(plan: AttnPlan, algorithm: str) -> dict[str, Any]:
+    """Tiles whose sm_90 compile keeps the Q tile, the accumulator and (fp32) their TF32 halves in
+    registers at the traced head dim. 64 x 64 with 4 warps holds head dim 64; at 128 it spilled
+    under 3xTF32 (ptxas, sm_90a: 1528 bytes a thread at sequence length 1024, 124 at 80), which
+    8 warps over 128 x 32 tiles nearly avoid (72 and fewer); at 256 only 64 x 16 tiles with 8
+    warps and one stage come near (and fit shared memory)."""
+    d = _block_d(plan)
+    if plan.dtype == "float32" and d > 64:
+        if algorithm.endswith("ieee"):
+            return {"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 2 if d <= 128 else 1}
+        if d <= 128:
+            return {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
+        return {"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 
 def space(plan: AttnPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     return {
-        "tiling": {"BLOCK_M": [128, 32], "BLOCK_N": [32, 128]},
-        "memory": {"num_warps": [8], "num_stages": [3, 1]},
+        "tiling": {"BLOCK_M": [128, 64, 32], "BLOCK_N": [32, 64, 16]},
+        "memory": {"num_warps": [8, 4], "num_stages": [3, 1, 2]},
     }.get(stage, {})
 
 
 def valid(plan: AttnPlan, params: dict[str, Any]) -> str | None:
     if params.get("BLOCK_M", 64) * params.get("BLOCK_N", 64) > 128 * 128:
         return "score tile too large"
+    smem = shared_bytes(plan, params)
+    if smem is not None and smem > SMEM_LIMIT:
+        return f"needs {smem} bytes of shared memory at head dim {plan.head_dim} (sm_90 allows {SMEM_LIMIT})"
     return None
 
 
