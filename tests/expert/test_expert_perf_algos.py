@@ -6,10 +6,12 @@ and a second shape) at small, odd CPU sizes, and is the first seed at the GPU sh
 from __future__ import annotations
 
 import dataclasses
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from childproc import script_json
 from expert_helpers import ROOT, stage
 
 from graph.records import TaskSpec
@@ -88,6 +90,17 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
         "batchnorm",
         "library-conv+channel-tiles",
     ),
+    # the same on a channels-last input: statistics coalesced along the channels, the flat
+    # normalise pass over the channels-last output, which it keeps
+    "conv_bn_cl": (
+        "cv06_pointwise_conv_bn_relu.py",
+        {"B": 2, "C_IN": 5, "C_OUT": 6, "H": 7, "W": 9},
+        "batchnorm",
+        "library-conv+cl-channel-tiles",
+    ),
+    # a 3-d conv with its bias (added to the running mean's side instead), 3 input channels
+    # (padded to 4 for cuDNN), and a residual of the output's shape read in NCHW
+    "conv3d_bn_res_cl": ("CONV3D_BN_RES", {}, "batchnorm", "library-conv+cl-channel-tiles"),
     # cuDNN in channels-last (TF32 by PyTorch's default), ReLU + per-channel bias in one tile pass
     "conv_tail_cl": (
         "cv07_conv2d_relu_bias_ragged.py",
@@ -153,6 +166,35 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 
 # Tasks not in the suite, as sources.
 INLINE = {
+    "CONV3D_BN_RES": """
+import torch
+import torch.nn as nn
+
+B = 2
+C_IN = 3
+C_OUT = 6
+D = 3
+H = 5
+W = 9
+
+
+class Model(nn.Module):
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.conv = nn.Conv3d(c_in, c_out, 3, padding=1)
+        self.bn = nn.BatchNorm3d(c_out)
+
+    def forward(self, x, r):
+        return torch.relu(self.bn(self.conv(x)) + r)
+
+
+def get_inputs():
+    return [torch.randn(B, C_IN, D, H, W), torch.randn(B, C_OUT, D, H, W)]
+
+
+def get_init_inputs():
+    return [C_IN, C_OUT]
+""",
     "GEMV_T": """
 import torch
 import torch.nn as nn
@@ -546,3 +588,62 @@ def test_reduction_tiles_many_short_rows(descs):
     assert "ROW_TILE" in fam.space(
         short, fam.defaults(short, "multi-row") | {"algorithm": "multi-row"}, "mapping", {}
     )
+
+
+# A task and a candidate (JSON on stdin) in training mode, in a child process with Triton's
+# interpreter: the batch-statistics path, which the checker (eval mode) never takes.
+TRAIN_RUN = """
+import json, sys, types
+import torch
+src = json.load(sys.stdin)
+def load(name, text):
+    m = types.ModuleType(name)
+    exec(compile(text, name + ".py", "exec"), m.__dict__)
+    return m
+task, cand = load("task", src["task"]), load("cand", src["cand"])
+for k, v in src["sizes"].items():
+    setattr(task, k, v)
+torch.manual_seed(0)
+ref = task.Model(*task.get_init_inputs())
+new = cand.ModelNew(*task.get_init_inputs())
+new.load_state_dict(ref.state_dict())
+xs = [x * 3 + 1 for x in task.get_inputs()]
+with torch.no_grad():
+    got = new.train()(*xs)
+    want = ref.double().train()(*[x.double() for x in xs])
+fmt = torch.channels_last if got.dim() == 4 else torch.channels_last_3d
+print(json.dumps({"err": float((got.double() - want).abs().max()), "scale": float(want.abs().max()),
+                  "cl": got.is_contiguous(memory_format=fmt), "nchw": got.is_contiguous()}))
+"""
+
+
+@pytest.mark.parametrize("case", ["conv_bn_cl", "conv3d_bn_res_cl", "conv_bn_tiles"])
+def test_conv_bn_batch_statistics_in_training_mode(case, descs):
+    """The conv + BatchNorm seeds normalise by the batch's statistics in training mode (inputs
+    shifted off zero: the shifted sums must not cancel); the channels-last seed keeps its output
+    channels-last, the NCHW one contiguous."""
+    task = _task(case)
+    reply = _reply(descs, case)
+    r = script_json(
+        TRAIN_RUN,
+        stdin=json.dumps({"task": task.source, "cand": reply.source, "sizes": task.size_overrides}),
+        env={"TRITON_INTERPRET": "1"},
+    )
+    assert r["err"] <= 1e-4 * max(1.0, r["scale"]), r
+    assert r["cl"] if "+cl-" in reply.algorithm else r["nchw"], r
+
+
+def test_conv_bn_channels_last_first_for_large_outputs(descs):
+    """The channels-last conv + BN seed leads where the output is large (cuDNN's channels-last
+    kernels pay for the input's layout pass), follows the NCHW one where it is small; its
+    forward turns the input channels-last, calls the conv without its bias, and its normalise
+    pass decodes the channel as i % C (HW = 1)."""
+    fam, plan = _plan(descs, "conv3d_bn_res_cl")
+    assert fam.algorithms(plan)[:2] == ["library-conv+channel-tiles", "library-conv+cl-channel-tiles"]
+    big = dataclasses.replace(plan, out_numel=16 * 128 * 128 * 128)
+    assert fam.algorithms(big)[0] == "library-conv+cl-channel-tiles"
+    assert "FLAT_APPLY" not in fam.space(plan, {"algorithm": "library-conv+cl-channel-tiles"}, "mapping", {})
+    src = _reply(descs, "conv3d_bn_res_cl").source
+    assert "conv3d(to_channels_last(x, 4), cl_conv_weight(self.conv.weight, 4), None," in src
+    assert "launch_bn_cl_stats(x_bn," in src and "self.conv.bias)" in src  # the bias on the running side
+    assert "    HW = 1\n" in src and "_epi_mode_cl(" in src
