@@ -7,10 +7,14 @@ For each task's first conv module (at the task's own sizes): the conv on an NCHW
 channels-last input converted inside the timed call, on an input already channels-last (with the
 weight in either layout), the layout conversion alone, one elementwise pass over the conv output,
 and the whole model in eager and torch.compile. Medians of triton.testing.do_bench (L2 flushed).
+Then each layout's error against the float64 conv (largest difference over the largest value),
+with cuDNN's TF32 allowed (eager's default) and off: whether cuDNN ran TF32 in that layout, the
+bar the checker sets (4x the reference's own error) for a TF32 candidate.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 
@@ -73,6 +77,23 @@ def probe(path: str) -> None:
     print(f"\n## {path.rsplit('/', 1)[-1]}  input {list(x0.shape)}  conv out {list(y.shape)}")
     for name, t in rows:
         print(f"  {name:42s} {t:8.3f} ms", flush=True)
+    for name, e in errors(conv, x0, fmt):
+        print(f"  {name:42s} {e:8.2e} (error / max |ref|)", flush=True)
+
+
+def errors(conv, x0, fmt) -> list[tuple[str, float]]:
+    with torch.no_grad():
+        ref = copy.deepcopy(conv).double()(x0.double())
+        big = float(ref.abs().max())
+        out = []
+        layouts = [("NCHW", x0)] + ([("channels-last", x0.contiguous(memory_format=fmt))] if fmt else [])
+        for tf32 in (True, False):
+            with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+                for name, xi in layouts:
+                    err = float((conv(xi).double() - ref).abs().max()) / big
+                    out.append((f"error, {name}, TF32 {'allowed' if tf32 else 'off'}", err))
+        del ref
+    return out
 
 
 if __name__ == "__main__":
