@@ -315,8 +315,28 @@ def _degenerate(rep: dict[str, Any]) -> list[str]:
 
 
 def _precision(params: Any) -> str | None:
-    p = params.get("PRECISION") if isinstance(params, dict) else None
-    return p if isinstance(p, str) else None
+    """The kernel's PRECISION parameter; for a partition, each group's that has one, in group
+    order and deduplicated ("g0 cudnn-default, g2 tf32x3-bsplit")."""
+    if not isinstance(params, dict):
+        return None
+    p = params.get("PRECISION")
+    if isinstance(p, str):
+        return p
+    groups: dict[str, list[str]] = {}
+    for key, value in params.items():
+        g, sep, name = str(key).partition(".")
+        if sep and name == "PRECISION" and isinstance(value, str):
+            groups.setdefault(value, []).append(g)
+    if not groups:
+        return None
+
+    def order(g: str) -> tuple[int, str]:
+        return (int(g[1:]) if g[1:].isdigit() else 1 << 30, g)
+
+    return ", ".join(
+        f"{'/'.join(sorted(gs, key=order))} {v}"
+        for v, gs in sorted(groups.items(), key=lambda kv: order(min(kv[1], key=order)))
+    )
 
 
 def _f(x: Any) -> float | None:

@@ -55,3 +55,19 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
     row = build_row(cfg, task, 0, exit_code=0, wall=10.0)
     assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29 and row["stage_ms"] == 0.31
     assert row["baseline"].startswith("eager measured, torch.compile cached")
+    assert row["precision"] is None  # no parameters recorded
+
+    # a partition's precision is each group's, in group order, groups alike joined
+    params = {
+        "algorithm": "partition",
+        "g10.PRECISION": "tf32",
+        "g2.PRECISION": "tf32x3-bsplit",
+        "g0.PRECISION": "cudnn-default",
+        "g1.PRECISION": "cudnn-default",
+        "g1.BLOCK": 1024,
+    }
+    (d / "report.json").write_text(
+        json.dumps({"verified": True, "status": "verified", "timing": rep["timing"], "params": params})
+    )
+    row = build_row(cfg, task, 0, exit_code=0, wall=10.0)
+    assert row["precision"] == "g0/g1 cudnn-default, g2 tf32x3-bsplit, g10 tf32"

@@ -38,7 +38,7 @@ from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from ..kernelfiles import jit_source, kernel_source
 from . import elementwise as ew
-from .libconv import CL_HELPERS, LIB_OPS, library_call, split_call
+from .libconv import CL_HELPERS, LIB_OPS, LIBRARY_PRECISION, library_call, split_call
 from .library import CL_FIRST_NUMEL
 from .pooling import EPI_MODE
 
@@ -204,12 +204,22 @@ def algorithms(plan: BnPlan) -> list[str]:
 
 
 def defaults(plan: BnPlan, algorithm: str) -> dict[str, Any]:
+    # a library conv computes in PyTorch's default precision (TF32 where cuDNN picks it): a note
+    # for reports (as the libconv family's), not a tunable
+    lib = {"PRECISION": LIBRARY_PRECISION} if plan.conv_call else {}
     if algorithm.endswith(TILES):
         # 2048-element tiles (8 per thread at 8 warps) for the statistics; 8 programs per SM. The
         # normalise pass flat over 1024-element blocks (0.997 of the H200's bandwidth roof in
         # evals/h200/membw_probe.py, against 0.90 for its best 2-D channel tiles).
-        return {"BLOCK": 2048, "num_warps": 8, "PROGS_PER_SM": 8, "FLAT_APPLY": True, "APPLY_BLOCK": 1024}
-    return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False}
+        return {
+            "BLOCK": 2048,
+            "num_warps": 8,
+            "PROGS_PER_SM": 8,
+            "FLAT_APPLY": True,
+            "APPLY_BLOCK": 1024,
+            **lib,
+        }
+    return {"BLOCK": 2048, "num_warps": 8, "EVICT": "", "PERSISTENT": False, **lib}
 
 
 def valid(plan: BnPlan, params: dict[str, Any]) -> str | None:

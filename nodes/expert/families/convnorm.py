@@ -44,6 +44,7 @@ from ..kernelfiles import jit_source, kernel_source
 from .libconv import (
     CL_HELPERS,
     LIB_OPS,
+    LIBRARY_PRECISION,
     TAIL_HELPERS,
     library_call,
     split_call,
@@ -196,8 +197,9 @@ def algorithms(plan: CnPlan) -> list[str]:
 
 def defaults(plan: CnPlan, algorithm: str) -> dict[str, Any]:
     # 4096-element tiles at 8 warps (16 elements a thread); the statistics pass split into
-    # about 4 programs per SM
-    return {"BLOCK": 4096, "num_warps": 8, "PROGS_PER_SM": 4}
+    # about 4 programs per SM; the library conv's precision is PyTorch's default (a note for
+    # reports, not a tunable)
+    return {"BLOCK": 4096, "num_warps": 8, "PROGS_PER_SM": 4, "PRECISION": LIBRARY_PRECISION}
 
 
 def valid(plan: CnPlan, params: dict[str, Any]) -> str | None:
