@@ -634,14 +634,21 @@ def test_conv_bn_batch_statistics_in_training_mode(case, descs):
 
 
 def test_conv_bn_channels_last_first_for_large_outputs(descs):
-    """The channels-last conv + BN seed leads where the output is large (cuDNN's channels-last
-    kernels pay for the input's layout pass), follows the NCHW one where it is small; its
+    """The channels-last conv + BN seed leads where the output is large and the conv has more
+    than one tap (cuDNN's channels-last kernels pay for the input's layout pass), follows the
+    NCHW one where the output is small or the conv pointwise; its
     forward turns the input channels-last, calls the conv without its bias, and its normalise
     pass decodes the channel as i % C (HW = 1)."""
     fam, plan = _plan(descs, "conv3d_bn_res_cl")
     assert fam.algorithms(plan)[:2] == ["library-conv+channel-tiles", "library-conv+cl-channel-tiles"]
+    assert plan.conv_taps == 27
     big = dataclasses.replace(plan, out_numel=16 * 128 * 128 * 128)
     assert fam.algorithms(big)[0] == "library-conv+cl-channel-tiles"
+    # a pointwise conv runs as fast on NCHW: the layout pass would be pure cost
+    fam1, plan1 = _plan(descs, "conv_bn_cl")
+    assert plan1.conv_taps == 1
+    big1 = dataclasses.replace(plan1, out_numel=16 * 128 * 128 * 128)
+    assert fam1.algorithms(big1)[:2] == ["library-conv+channel-tiles", "library-conv+cl-channel-tiles"]
     assert "FLAT_APPLY" not in fam.space(plan, {"algorithm": "library-conv+cl-channel-tiles"}, "mapping", {})
     src = _reply(descs, "conv3d_bn_res_cl").source
     assert "conv3d(to_channels_last(x, 4), cl_conv_weight(self.conv.weight, 4), None," in src

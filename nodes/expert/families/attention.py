@@ -217,30 +217,36 @@ def shared_bytes(plan: AttnPlan, params: dict[str, Any]) -> int | None:
 
 def defaults(plan: AttnPlan, algorithm: str) -> dict[str, Any]:
     """Tiles whose sm_90 compile keeps the Q tile, the accumulator and (fp32) their TF32 halves in
-    registers at the traced head dim. 64 x 64 with 4 warps holds head dim 64; at 128 it spilled
-    under 3xTF32 (ptxas, sm_90a: 1528 bytes a thread at sequence length 1024, 124 at 80), which
-    8 warps over 128 x 32 tiles nearly avoid (72 and fewer); at 256 only 64 x 16 tiles with 8
-    warps and one stage come near (and fit shared memory)."""
+    registers at the traced head dim. 64 x 64 with 4 warps holds head dim 64. At 128 it spilled
+    under 3xTF32 and 64 x 32 tiles with 4 warps and one stage do not (ptxas, sm_90a): on an H100
+    at (8, 16, 1024, 128) fp32, 2.112 ms against 2.329 ms (evals/h200/attn_tiles.py,
+    2026-12-07). At 256 the 64 x 64 tiles needed 384 KiB of shared memory, more than a block may
+    have; 64 x 32 with 8 warps and one stage fits (192 KiB)."""
     d = _block_d(plan)
     if plan.dtype == "float32" and d > 64:
-        if algorithm.endswith("ieee"):
-            return {"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 2 if d <= 128 else 1}
         if d <= 128:
-            return {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
-        return {"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
+            return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+        return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 
 def space(plan: AttnPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     return {
-        "tiling": {"BLOCK_M": [128, 64, 32], "BLOCK_N": [32, 64, 16]},
+        "tiling": {"BLOCK_M": [128, 64, 32], "BLOCK_N": [32, 64]},
         "memory": {"num_warps": [8, 4], "num_stages": [3, 1, 2]},
     }.get(stage, {})
+
+
+# Key tiles narrower than this faulted on the GPU: 64 x 16 with 8 warps hit an illegal memory
+# access on an H100 (Triton 3.6, fp32 3xTF32, head dim 128; evals/h200/attn_tiles.py, 2026-12-07).
+MIN_BLOCK_N = 32
 
 
 def valid(plan: AttnPlan, params: dict[str, Any]) -> str | None:
     if params.get("BLOCK_M", 64) * params.get("BLOCK_N", 64) > 128 * 128:
         return "score tile too large"
+    if params.get("BLOCK_N", 64) < MIN_BLOCK_N:
+        return f"key tiles narrower than {MIN_BLOCK_N} faulted on the GPU"
     smem = shared_bytes(plan, params)
     if smem is not None and smem > SMEM_LIMIT:
         return f"needs {smem} bytes of shared memory at head dim {plan.head_dim} (sm_90 allows {SMEM_LIMIT})"

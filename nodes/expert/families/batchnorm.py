@@ -63,6 +63,8 @@ class BnPlan:
     conv_cl_call: str | None = None
     conv_cl_bias: str | None = None
     out_numel: int = 0
+    # the conv's kernel taps (kh * kw [* kd]; 0 when unknown)
+    conv_taps: int = 0
 
 
 def match(view: GraphView) -> BnPlan | None:
@@ -98,7 +100,12 @@ def match(view: GraphView) -> BnPlan | None:
             numel = 1
             for d in bn.shape or []:
                 numel *= int(d)
-            cl = {"conv_cl_call": split_cl[0], "conv_cl_bias": split_cl[1], "out_numel": numel}
+            cl = {
+                "conv_cl_call": split_cl[0],
+                "conv_cl_bias": split_cl[1],
+                "out_numel": numel,
+                "conv_taps": _taps(view, c),
+            }
     else:
         src = bn.args[0]
         lf = view.leaves.get(view.resolve(src["node"])) if is_node(src) else None
@@ -127,6 +134,23 @@ def match(view: GraphView) -> BnPlan | None:
         running_var=f"{m}.running_var",
         **cl,
     )
+
+
+def _taps(view: GraphView, c: OpNode) -> int:
+    """The conv's kernel taps (the product of its kernel sizes), 0 when unknown."""
+    if c.kind == "call_module":
+        ks = c.module_attrs.get("kernel_size")
+        ks = [ks] if isinstance(ks, int) else list(ks or [])
+    else:
+        w = arg_value(c, 1, "weight")
+        wn = view.nodes.get(view.resolve(w["node"])) if is_node(w) else None
+        ks = list((wn.shape or [])[2:]) if wn is not None else []
+    taps = 1
+    for k in ks:
+        if not isinstance(k, int):
+            return 0
+        taps *= k
+    return taps if ks else 0
 
 
 def _tensor_arg(view: GraphView, bn: OpNode, pos: int, key: str) -> str | None:
@@ -197,8 +221,12 @@ def algorithms(plan: BnPlan) -> list[str]:
         algos = [f"library-conv+{a}" for a in tiles] + ["library-conv+bn-stats+fused-epilogue"]
         if tiles and plan.conv_cl_call:
             # as the library family orders its channels-last conv: first where the output is
-            # large enough for the conv's speed to outweigh the input's layout pass
-            algos.insert(0 if plan.out_numel >= CL_FIRST_NUMEL else 1, CL_TILES)
+            # large enough for the conv's speed to outweigh the input's layout pass, and not for
+            # a pointwise (1x1) conv, which cuDNN runs as fast on NCHW (cv06 on an H100: 0.078
+            # against 0.077 ms, the layout pass 0.077 more; its channels-last seed 0.268 ms
+            # against 0.174, evals/h200/probe.py, 2026-12-07)
+            first = plan.out_numel >= CL_FIRST_NUMEL and plan.conv_taps != 1
+            algos.insert(0 if first else 1, CL_TILES)
         return algos
     return tiles + ["split-stats+fused-normalize"]
 
