@@ -1,10 +1,11 @@
 """The fused attention kernel's tiles fit the head dim: compiled for sm_90 (no GPU needed), the
-expert's first seed for fp32 SDPA keeps its tiles in registers (ptxas -v spills) and within
-shared memory at head dims 64, 128 and 256, and the shared-memory model that screens the tuning
-moves (attention.shared_bytes) is what Triton allocates. The old default, 64 x 64 tiles with 4
-warps, spilled at head dim 128 (124 bytes a thread at this file's sequence length 80, 1528 at
-1024, where it took 2.37 ms on the H200 against eager SDPA's 1.56 ms, 2026-12-06), and needed
-384 KiB of shared memory at 256, more than a block may have."""
+expert's first seed for fp32 SDPA stays within shared memory at head dims 64, 128 and 256 and
+spills no more than the tiles measured fastest on an H100 did (evals/h200/attn_tiles.py,
+2026-12-07: at 128, 128 x 64 with 8 warps, 1.476 ms against the old 64 x 64 default's 2.333 and
+eager SDPA's 1.548; at 256, 32 x 32 with 4 warps, where the old default needed 384 KiB of shared
+memory, more than a block may have), and the shared-memory model that screens the tuning moves
+(attention.shared_bytes) is what Triton allocates for tiles of 64 rows or more (the H100's
+"Required" figures agree) and a bound above it for smaller ones."""
 
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def get_init_inputs():
 """
 
 HEAD_DIMS = (64, 128, 256)
-# Spilled bytes a thread the seed may keep: none at 64 and 128 (64 x 32 tiles, 4 warps, one
-# stage at 128); at 256 no tiling of this kernel that fits shared memory avoids spills (64 x 32
-# with 8 warps and one stage spilled 1416 bytes here).
-MAX_SPILLS = {64: 0, 128: 0, 256: 2048}
+# Spilled bytes a thread the seed may keep (at this file's sequence length 80): none at 64; the
+# measured-fastest tiles spill a little at 128 (156 bytes here, 20 at length 1024 on the H100)
+# and more at 256 (1736 here), where every tiling that fits shared memory spills.
+MAX_SPILLS = {64: 0, 128: 256, 256: 2048}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,9 @@ def test_seed_tiles_fit_the_head_dim(d, cases, compiled):
     (k,) = res["kernels"]
     plan = plan_for(desc).units[0].plan
     assert plan.head_dim == d
-    assert k["shared"] == attention.shared_bytes(plan, r.params), (k, r.params)
+    model = attention.shared_bytes(plan, r.params)
+    # exact for tiles of 64 rows or more, an upper bound below (a buffer reused)
+    assert k["shared"] == model if r.params["BLOCK_M"] >= 64 else k["shared"] <= model, (k, r.params)
     assert k["shared"] <= attention.SMEM_LIMIT, (k, r.params)
     assert k["spills"] is not None and k["spills"] <= MAX_SPILLS[d], (k, r.params)
 

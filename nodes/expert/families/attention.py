@@ -207,8 +207,11 @@ def _block_d(plan: AttnPlan) -> int:
 def shared_bytes(plan: AttnPlan, params: dict[str, Any]) -> int | None:
     """The 3xTF32 kernel's shared memory at the traced head dim, as Triton 3.6 lays it out for
     sm_90: 8 bytes per head-dim element for each Q row and for each K and V row of every
-    pipeline stage (exact for the compiles of head dims 64, 128 and 256 in
-    tests/expert/test_attention_tiles.py). None for other precisions (not modelled)."""
+    pipeline stage. Exact for 64- and 128-row tiles (the compiles in
+    tests/expert/test_attention_tiles.py, and the H100's "Required" figures for the tiles it
+    refused); an upper bound for 32 x 32 ones, where Triton reuses a buffer (98304 bytes at head
+    dim 256, not 131072), so the screen it drives never admits a tile that does not fit. None
+    for other precisions (not modelled)."""
     if not _split(plan, params):
         return None
     rows = int(params["BLOCK_M"]) + int(params["num_stages"]) * int(params["BLOCK_N"])
@@ -216,17 +219,17 @@ def shared_bytes(plan: AttnPlan, params: dict[str, Any]) -> int | None:
 
 
 def defaults(plan: AttnPlan, algorithm: str) -> dict[str, Any]:
-    """Tiles whose sm_90 compile keeps the Q tile, the accumulator and (fp32) their TF32 halves in
-    registers at the traced head dim. 64 x 64 with 4 warps holds head dim 64. At 128 it spilled
-    under 3xTF32 and 64 x 32 tiles with 4 warps and one stage do not (ptxas, sm_90a): on an H100
-    at (8, 16, 1024, 128) fp32, 2.112 ms against 2.329 ms (evals/h200/attn_tiles.py,
-    2026-12-07). At 256 the 64 x 64 tiles needed 384 KiB of shared memory, more than a block may
-    have; 64 x 32 with 8 warps and one stage fits (192 KiB)."""
+    """The fastest tiles measured at the traced head dim (evals/h200/attn_tiles.py, one H100,
+    2026-12-07, fp32 3xTF32, (8, 16, 1024, D), each configuration in its own process): at 128,
+    128 x 64 with 8 warps and one stage, 1.476 ms against eager SDPA's 1.548 (the old 64 x 64
+    with 4 warps and two stages: 2.333 ms, spilling; 128 x 32: 1.66-1.72 ms); at 256, 32 x 32
+    with 4 warps and one stage, 4.817 ms against eager's 3.374 (64 x 32: 6.2-7.7 ms; 64 x 64
+    needs 384 KiB of shared memory, more than a block may have). 64 x 64 with 4 warps at 64."""
     d = _block_d(plan)
     if plan.dtype == "float32" and d > 64:
         if d <= 128:
-            return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
-        return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
+            return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 

@@ -11,11 +11,11 @@ Algorithms: channel-tiles (first) runs both steps on 2-D tiles of (channels or (
 rows) x pixels: rows of a channel plane, so no per-element index division, coalesced along the
 pixels (along the channels when there are none, BatchNorm1d), masked only on ragged plane tails;
 the split sized at launch to fill the SMs. library-conv+cl-channel-tiles (after a 2-d or 3-d
-conv; first for large outputs, as the library family orders its channels-last conv) calls the
-conv on a channels-last input, so cuDNN runs its channels-last kernels (torch.compile's layout
-choice; 1.7x faster than NCHW at a 3x3, 128-channel shape on the H200, PERF_NOTES), sums each
-channel over the (pixel x channel) rows of its output coalesced along the channels, and keeps
-the output channels-last (a following conv reads it as it is). split-stats+fused-normalize
+conv; offered last) calls the conv on a channels-last input, so cuDNN runs its channels-last
+kernels (torch.compile's layout choice; 1.7x faster than NCHW at a 3x3, 128-channel shape on
+the H200, PERF_NOTES), sums each channel over the (pixel x channel) rows of its output
+coalesced along the channels, and keeps the output channels-last (a following conv reads it as
+it is); through the agent it has lost to the NCHW seeds so far. split-stats+fused-normalize
 walks each channel's flattened (sample, pixel) index and applies through the elementwise
 family's broadcast kernel.
 Running statistics are not updated (the forward output does not depend on them in training mode).
@@ -39,7 +39,6 @@ from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit,
 from ..kernelfiles import jit_source, kernel_source
 from . import elementwise as ew
 from .libconv import CL_HELPERS, LIB_OPS, LIBRARY_PRECISION, library_call, split_call
-from .library import CL_FIRST_NUMEL
 from .pooling import EPI_MODE
 
 
@@ -62,9 +61,6 @@ class BnPlan:
     # whose call splits and whose output only the norm reads; None otherwise)
     conv_cl_call: str | None = None
     conv_cl_bias: str | None = None
-    out_numel: int = 0
-    # the conv's kernel taps (kh * kw [* kd]; 0 when unknown)
-    conv_taps: int = 0
 
 
 def match(view: GraphView) -> BnPlan | None:
@@ -97,15 +93,7 @@ def match(view: GraphView) -> BnPlan | None:
             conv_call, conv_bias = split
         split_cl = split_call(view, c, "to_channels_last") if c.op[-2] in "23" else None
         if split_cl is not None and not uses_conv:
-            numel = 1
-            for d in bn.shape or []:
-                numel *= int(d)
-            cl = {
-                "conv_cl_call": split_cl[0],
-                "conv_cl_bias": split_cl[1],
-                "out_numel": numel,
-                "conv_taps": _taps(view, c),
-            }
+            cl = {"conv_cl_call": split_cl[0], "conv_cl_bias": split_cl[1]}
     else:
         src = bn.args[0]
         lf = view.leaves.get(view.resolve(src["node"])) if is_node(src) else None
@@ -134,23 +122,6 @@ def match(view: GraphView) -> BnPlan | None:
         running_var=f"{m}.running_var",
         **cl,
     )
-
-
-def _taps(view: GraphView, c: OpNode) -> int:
-    """The conv's kernel taps (the product of its kernel sizes), 0 when unknown."""
-    if c.kind == "call_module":
-        ks = c.module_attrs.get("kernel_size")
-        ks = [ks] if isinstance(ks, int) else list(ks or [])
-    else:
-        w = arg_value(c, 1, "weight")
-        wn = view.nodes.get(view.resolve(w["node"])) if is_node(w) else None
-        ks = list((wn.shape or [])[2:]) if wn is not None else []
-    taps = 1
-    for k in ks:
-        if not isinstance(k, int):
-            return 0
-        taps *= k
-    return taps if ks else 0
 
 
 def _tensor_arg(view: GraphView, bn: OpNode, pos: int, key: str) -> str | None:
@@ -220,13 +191,12 @@ def algorithms(plan: BnPlan) -> list[str]:
     if plan.conv_call:
         algos = [f"library-conv+{a}" for a in tiles] + ["library-conv+bn-stats+fused-epilogue"]
         if tiles and plan.conv_cl_call:
-            # as the library family orders its channels-last conv: first where the output is
-            # large enough for the conv's speed to outweigh the input's layout pass, and not for
-            # a pointwise (1x1) conv, which cuDNN runs as fast on NCHW (cv06 on an H100: 0.078
-            # against 0.077 ms, the layout pass 0.077 more; its channels-last seed 0.268 ms
-            # against 0.174, evals/h200/probe.py, 2026-12-07)
-            first = plan.out_numel >= CL_FIRST_NUMEL and plan.conv_taps != 1
-            algos.insert(0 if first else 1, CL_TILES)
+            # after the NCHW seeds: measured through the agent on an H100 (2026-12-07) it lost to
+            # them on cx09 (0.352 against 0.309 ms), cx13 (0.896 against 0.576) and cv06 (0.220
+            # against 0.172), although cuDNN's channels-last 3x3 conv alone is faster on cx09
+            # (0.063 against 0.121 ms): the input's layout pass and the NCHW operands copied into
+            # the output's layout take the gain back. Offered, so the search keeps it where it wins.
+            algos.append(CL_TILES)
         return algos
     return tiles + ["split-stats+fused-normalize"]
 
