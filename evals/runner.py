@@ -316,27 +316,25 @@ def _degenerate(rep: dict[str, Any]) -> list[str]:
 
 def _precision(params: Any) -> str | None:
     """The kernel's PRECISION parameter; for a partition, each group's that has one, in group
-    order and deduplicated ("g0 cudnn-default, g2 tf32x3-bsplit")."""
+    order, groups alike joined ("g0/g1 cudnn-default, g2 tf32x3-bsplit")."""
     if not isinstance(params, dict):
         return None
     p = params.get("PRECISION")
     if isinstance(p, str):
         return p
-    groups: dict[str, list[str]] = {}
-    for key, value in params.items():
-        g, sep, name = str(key).partition(".")
-        if sep and name == "PRECISION" and isinstance(value, str):
-            groups.setdefault(value, []).append(g)
-    if not groups:
-        return None
 
     def order(g: str) -> tuple[int, str]:
         return (int(g[1:]) if g[1:].isdigit() else 1 << 30, g)
 
-    return ", ".join(
-        f"{'/'.join(sorted(gs, key=order))} {v}"
-        for v, gs in sorted(groups.items(), key=lambda kv: order(min(kv[1], key=order)))
-    )
+    per_group = []
+    for key, value in params.items():
+        g, sep, name = str(key).partition(".")
+        if sep and name == "PRECISION" and isinstance(value, str):
+            per_group.append((g, value))
+    groups: dict[str, list[str]] = {}  # precision -> its groups, first seen in group order
+    for g, value in sorted(per_group, key=lambda gv: order(gv[0])):
+        groups.setdefault(value, []).append(g)
+    return ", ".join(f"{'/'.join(gs)} {v}" for v, gs in groups.items()) or None
 
 
 def _f(x: Any) -> float | None:

@@ -1,6 +1,6 @@
 """The fused attention kernel's tile configurations against SDPA, eager and torch.compile, on
-the GPU: whether the configurations that compile without register spills (ptxas, sm_90a) are
-the fast ones at fp32 head dim 128, where the expert's default (64 x 64, 4 warps) spills.
+the GPU, at fp32 (3xTF32) and the head dim given: the sweep behind the expert's per-head-dim
+defaults (nodes/expert/families/attention.py `defaults`).
 
     python -m evals.h200.attn_tiles [--b 8] [--h 16] [--s 1024] [--d 128]
 
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 CONFIGS = [
-    (64, 64, 4, 2),  # the expert's default before 2026-12-07
-    (64, 32, 4, 1),  # its default at head dims 65-128 since
+    (64, 64, 4, 2),  # the expert's default at every head dim before 2026-12-07 (now up to 64)
+    (64, 32, 4, 1),
     (64, 32, 4, 2),
     (64, 32, 8, 1),
     (32, 32, 4, 1),
@@ -32,7 +32,7 @@ CONFIGS = [
     (128, 32, 8, 1),
     (128, 32, 8, 2),
     (128, 32, 8, 3),
-    (128, 64, 8, 1),
+    (128, 64, 8, 1),  # the default at head dims 65-128 (32 x 32, 4, 1 above it)
     (64, 16, 8, 1),  # faulted on an H100 (illegal memory access)
 ]
 

@@ -91,7 +91,7 @@ def match(view: GraphView) -> BnPlan | None:
         uses_conv = any(c.name in view.refs(n) for n in nodes[i + 1 :])
         if split is not None and split[1] is not None and not uses_conv:
             conv_call, conv_bias = split
-        split_cl = split_call(view, c, "to_channels_last") if c.op[-2] in "23" else None
+        split_cl = split_call(view, c, "to_channels_last") if int(c.op[-2]) > 1 else None
         if split_cl is not None and not uses_conv:
             cl = {"conv_cl_call": split_cl[0], "conv_cl_bias": split_cl[1]}
     else:
@@ -507,16 +507,11 @@ def bn_cl_partial_kernel(x_ptr, part_ptr, R, C, r_per, SPLIT: tl.constexpr, BR: 
 CL_STATS_LAUNCH = '''
 def _epi_mode_cl(t, x):
     """_epi_mode for the channels-last output `x`: an operand of its shape is read in its layout
-    (copied into it when laid out otherwise), 1 = per channel, 2 = one element."""
-    if t.numel() == 1:
-        return t.reshape(1), 2
-    dims = [1] * (x.dim() - t.dim()) + list(t.shape)
-    if dims == list(x.shape):
+    (copied into it when laid out otherwise); per-channel and one-element operands as there."""
+    if t.numel() != 1 and [1] * (x.dim() - t.dim()) + list(t.shape) == list(x.shape):
         e = t.expand(x.shape)
         return (e if e.stride() == x.stride() else torch.empty_like(x).copy_(e)), 0
-    if len(dims) == x.dim() and dims[1] == x.shape[1] and all(d == 1 for i, d in enumerate(dims) if i != 1):
-        return t.reshape(-1).contiguous(), 1
-    raise ValueError(f"epilogue operand of shape {{tuple(t.shape)}} is neither full, per channel nor one element")
+    return _epi_mode(t, x.shape)
 
 
 def launch_bn_cl_stats(x, eps):
@@ -657,8 +652,7 @@ def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any])
         stats += "\n\n" + kernel_source("layout.py", *CL_HELPERS)
     else:
         stats = TILE_STATS_LAUNCH.replace('\\"', '"').format(block=block, per_sm=per_sm, warps=warps)
-        stats += "\n\n" + EPI_MODE
-    launchers = RUNNING_LAUNCH + "\n\n" + stats + "\n\n" + "\n".join(L) + "\n"
+    launchers = RUNNING_LAUNCH + "\n\n" + stats + "\n\n" + EPI_MODE + "\n\n" + "\n".join(L) + "\n"
     fwd = _forward_stats(plan, "launch_bn_cl_stats" if cl else "launch_bn_tile_stats", cl)
     call = ["x_bn", "mean_v.reshape(-1)", "rstd_v.reshape(-1)", *aff, *(lf.expr for lf in leaves)]
     call += [lf.expr for lf in plan.epilogue.scalar_leaves]
