@@ -1,7 +1,7 @@
 """Where a task's GPU time goes, kernel by kernel: eager, torch.compile and the expert's first seeds
 side by side, from the PyTorch profiler (CUDA kernel time per call).
 
-    python -m evals.h200.kernel_times TASK.py [TASK.py ...] --out DIR [--seeds 3]
+    python -m evals.h200.kernel_times TASK.py [TASK.py ...] --out DIR [--seeds 3] [--pick 0,2] [--train]
 
 For each task the expert writes its first seeds (as `evals.h200.probe` does); each seed file is
 written under DIR and profiled in a child process of its own (generated code never runs in this
@@ -21,8 +21,12 @@ from pathlib import Path
 CALLS = 20
 
 
-def profile_one(task_path: str, cand_path: str | None, mode: str) -> list[tuple[str, float, int]]:
-    """(kernel name, ms per forward, launches per forward), largest first: run in a child."""
+def profile_one(
+    task_path: str, cand_path: str | None, mode: str, train: bool = False
+) -> tuple[list[tuple[str, float, int]], float]:
+    """(kernel name, ms per forward, launches per forward), largest first, and the median of CUDA
+    events around single forwards (ms; host cost included, no L2 flush): run in a child. The
+    models are in eval mode, as the toolbox's check and timing run them, unless `train`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -41,6 +45,10 @@ def profile_one(task_path: str, cand_path: str | None, mode: str) -> list[tuple[
         model = torch.compile(ref)
     else:
         model = ref
+    if not train:
+        ref.eval()
+        if mode == "candidate":
+            model.eval()
     with torch.no_grad():
         for _ in range(3):
             model(*xs)
@@ -55,18 +63,31 @@ def profile_one(task_path: str, cand_path: str | None, mode: str) -> list[tuple[
         if t and ev.count:
             rows.append((ev.key, t / 1000.0 / CALLS, max(1, ev.count // CALLS)))
     rows.sort(key=lambda r: -r[1])
-    return rows
+    with torch.no_grad():
+        times = []
+        for _ in range(CALLS):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            model(*xs)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+    return rows, sorted(times)[len(times) // 2]
 
 
-def show(label: str, rows: list[tuple[str, float, int]], top: int = 10) -> None:
+def show(label: str, rows: list[tuple[str, float, int]], events_ms: float, top: int = 10) -> None:
     total = sum(r[1] for r in rows)
-    print(f"  {label}: {total:.3f} ms of kernels per forward, {sum(r[2] for r in rows)} launches")
+    print(
+        f"  {label}: {total:.3f} ms of kernels per forward, {sum(r[2] for r in rows)} launches, "
+        f"events median {events_ms:.3f} ms"
+    )
     for name, ms, n in rows[:top]:
         print(f"    {ms:8.3f} ms  x{n:<3d} {name[:110]}")
 
 
-def child(task_path: str, cand: str | None, mode: str) -> list | str:
+def child(task_path: str, cand: str | None, mode: str, train: bool = False) -> list | str:
     cmd = [sys.executable, "-m", "evals.h200.kernel_times", "--child", mode, task_path, cand or "-"]
+    cmd += ["--train"] if train else []
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         lines = (p.stderr or p.stdout).strip().splitlines()
@@ -77,7 +98,7 @@ def child(task_path: str, cand: str | None, mode: str) -> list | str:
 def report(label: str, rows: list | str) -> None:
     """A child's kernel table, or the line it failed with."""
     if isinstance(rows, list):
-        show(label, rows)
+        show(label, [tuple(r) for r in rows[0]], rows[1])
     else:
         print(f"  {label}: {rows}")
 
@@ -86,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         mode, task_path, cand = argv[1], argv[2], argv[3]
-        print(json.dumps(profile_one(task_path, None if cand == "-" else cand, mode)))
+        train = "--train" in argv[4:]
+        print(json.dumps(profile_one(task_path, None if cand == "-" else cand, mode, train)))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tasks", nargs="+")
@@ -97,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="profile eager and torch.compile too",
+    )
+    ap.add_argument(
+        "--train",
+        action="store_true",
+        help="models in training mode (default: eval mode, as the check and the timing run them)",
+    )
+    ap.add_argument(
+        "--pick", default="", help="comma-separated seed indices to profile (default: every seed)"
     )
     a = ap.parse_args(argv)
     from evals.h200.probe import describe, seeds
@@ -112,12 +142,15 @@ def main(argv: list[str] | None = None) -> int:
         desc = tb.describe(task, shrink=False)
         print(f"\n## {p.stem}", flush=True)
         for mode in ("eager", "compile") if a.baselines else ():
-            rows = child(str(p), None, mode)
+            rows = child(str(p), None, mode, a.train)
             report(mode, rows)
+        pick = {int(i) for i in a.pick.split(",") if i.strip()}
         for i, r in enumerate(seeds(task, desc, a.seeds)):
+            if pick and i not in pick:
+                continue
             f = out / f"{p.stem}.seed{i}.py"
             f.write_text(r.source)
-            rows = child(str(p), str(f), "candidate")
+            rows = child(str(p), str(f), "candidate", a.train)
             label = f"seed {i} {r.algorithm} {describe(r)}"
             report(label, rows)
         sys.stdout.flush()
