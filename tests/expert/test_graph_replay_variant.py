@@ -235,3 +235,28 @@ def test_a_failed_replayed_seed_is_not_repaired(descs):
         request(descs["net"], mode="fix", failed=_capture_failed(graph, "algorithm"), diagnosis=diag)
     )
     assert r.source is None and "CUDA-graph replay" in r.note
+
+
+def _seed(branch: int, ms: float, replay_ms: float | None) -> Attempt:
+    cand = Candidate(id=f"s{branch}", source="x", stage="algorithm", origin="seed", branch=branch)
+    t = TimingReport(measured=True, candidate_ms=ms, cudagraph_ms=replay_ms, noise=0.01)
+    return Attempt(candidate=cand, compile=CompileReport(ok=True), check=CheckReport(accepted=True), timing=t)
+
+
+def test_seed_selection_counts_a_host_bound_seed_at_its_replay_when_the_mapping_stage_replays():
+    """The algorithm stage picks among seeds by their timing; a seed whose call took 1.25x its
+    CUDA-graph replay or more competes at the replay's time when the expert's mapping stage
+    (which offers that replay) runs, and at its launched time otherwise."""
+    from nodes.boundary import replay_reachable, select_seed
+
+    gpu_bound = _seed(0, 0.329, 0.325)  # NCHW seed: its GPU work is the call
+    host_bound = _seed(1, 0.370, 0.204)  # channels-last seed: less GPU work, launches cost more
+    near = _seed(2, 0.300, 0.260)  # 1.15x its replay: not host-bound, launched time stands
+    assert select_seed([gpu_bound, host_bound], replay=True).candidate.id == "s1"
+    assert select_seed([gpu_bound, host_bound], replay=False).candidate.id == "s0"
+    assert select_seed([gpu_bound, near], replay=True).candidate.id == "s2"
+    assert replay_reachable(near.timing) is near.timing
+    assert replay_reachable(host_bound.timing).candidate_ms == 0.204
+    assert replay_reachable(_seed(3, 0.4, None).timing).candidate_ms == 0.4
+    # the record itself keeps what was measured
+    assert host_bound.timing.candidate_ms == 0.370
