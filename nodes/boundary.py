@@ -16,7 +16,7 @@ from graph.reducers import beats, not_worth_tuning
 from graph.stages import StageSpec
 from graph.state import StageState, StageUpdate
 from nodes.common import best_of, log, settings_of
-from nodes.expert.hostgraph import HOST_BOUND_RATIO
+from nodes.expert.hostgraph import HOST_BOUND_RATIO, replay_possible
 from nodes.profiler import deterministic_advice
 
 
@@ -82,7 +82,8 @@ def replay_reachable(t: TimingReport | None) -> TimingReport | None:
     A channels-last ResNet block seed on the H100 had 0.194 ms of kernels against the NCHW
     seeds' 0.285 ms, but its nine launches cost the host about as long: timed while other tasks
     compiled on the CPUs it measured 0.370 ms launched (replay 0.204 ms) and lost the algorithm
-    stage to an NCHW seed at 0.329 ms, whose GPU time no later stage can shorten."""
+    stage to an NCHW seed at 0.329 ms, whose GPU time no later stage can shorten. Used only where
+    the replay can be offered (hostgraph.replay_possible: no random ops, a GPU)."""
     if t is None or not t.measured or not t.candidate_ms or not t.cudagraph_ms:
         return t
     if t.candidate_ms < HOST_BOUND_RATIO * t.cudagraph_ms:
@@ -122,7 +123,11 @@ def make_select_node(spec: StageSpec):
         results = _branch_results(state)
         settings = settings_of(runtime)
         # the expert's mapping stage offers the replay of a host-bound forward (a model's may not)
-        replay = settings.code_model == "expert" and "mapping" in settings.stages
+        replay = (
+            settings.code_model == "expert"
+            and "mapping" in settings.stages
+            and replay_possible(state.get("desc"))
+        )
         chosen = select_seed(results, replay)
         log.info(
             "select", stage=spec.name, seeds=len(results), chosen=chosen.candidate.id if chosen else None

@@ -96,6 +96,22 @@ def graph_replay_offered(
     return why + ": replaying them as one CUDA graph removes the host's launch cost"
 
 
+def replay_possible(desc: TaskDescription | None) -> bool:
+    """Whether a replay of this task's forward can be offered at all, whatever the kernel: the
+    conditions of graph_replay_offered that depend on the task only (a GPU, no random op in its
+    graph, a forward whose arguments are plain names). The algorithm stage counts a host-bound
+    seed at its replay's time only then (nodes/boundary.py replay_reachable)."""
+    if desc is None or desc.device != "cuda" or not desc.op_graph:
+        return False
+    if any(n.op in RANDOM_OPS for n in desc.op_graph):
+        return False
+    try:
+        forward_arg_names(desc.source)
+    except Unsupported:
+        return False
+    return True
+
+
 def host_bound_at_seed(desc: TaskDescription, kernel_groups: int) -> str | None:
     """Why the forward is likely host-bound before anything was timed, or None: launching its
     kernel groups one by one (LAUNCH_MS each) costs the host more than its GPU work is estimated

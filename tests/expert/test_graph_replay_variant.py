@@ -260,3 +260,13 @@ def test_seed_selection_counts_a_host_bound_seed_at_its_replay_when_the_mapping_
     assert replay_reachable(_seed(3, 0.4, None).timing).candidate_ms == 0.4
     # the record itself keeps what was measured
     assert host_bound.timing.candidate_ms == 0.370
+
+
+def test_replay_is_possible_only_where_the_mapping_stage_can_offer_it(descs):
+    """Seed selection uses a replay's time only for tasks whose forward can be replayed at all."""
+    from nodes.expert.hostgraph import replay_possible
+
+    assert replay_possible(descs["net"])
+    assert not replay_possible(descs["noisy"])  # draws random numbers each call
+    assert not replay_possible(descs["net"].model_copy(update={"device": "cpu"}))
+    assert not replay_possible(None)
