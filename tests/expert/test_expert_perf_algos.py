@@ -122,6 +122,11 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     "rows_prod": ("rd07_prod_dim1.py", {"ROWS": 300, "COLS": 45}, "reduction", "multi-row"),
     "rows_argmax": ("rd03_argmax_lastdim.py", {"ROWS": 300, "COLS": 45}, "reduction", "multi-row"),
     "rows_min": ("rd06_min_dim2.py", {"B": 3, "M": 7, "N": 45}, "reduction", "multi-row"),
+    # conv, BatchNorm, ReLU and a padded 3x3 / stride-2 max pool (a ResNet stem) as one group:
+    # the normalise pass writes the pooled output only; ragged planes (odd output sizes)
+    "conv_bn_pool_stem": ("BN_POOL_STEM", {}, "batchnorm", "library-conv+channel-tiles+max-pool"),
+    # functional pool over a residual add of the input's shape, dilated 2x2 window, stride 1
+    "conv_bn_pool_res": ("BN_POOL_RES", {}, "batchnorm", "library-conv+channel-tiles+max-pool"),
     # Triton implicit-GEMM conv3d, first seed: TF32, channels-last input and output
     "conv3d_tf32_cl": (
         "cv04_conv3d.py",
@@ -194,6 +199,63 @@ def get_inputs():
 
 def get_init_inputs():
     return [C_IN, C_OUT]
+""",
+    "BN_POOL_STEM": """
+import torch
+import torch.nn as nn
+
+B = 2
+C_OUT = 6
+H = 23
+W = 19
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, C_OUT, 7, stride=2, padding=3, bias=False)
+        self.bn = nn.BatchNorm2d(C_OUT)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.pool(self.relu(self.bn(self.conv(x))))
+
+
+def get_inputs():
+    return [torch.randn(B, 3, H, W)]
+
+
+def get_init_inputs():
+    return []
+""",
+    "BN_POOL_RES": """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B = 2
+C = 5
+H = 9
+W = 11
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, C, 3, padding=1)
+        self.bn = nn.BatchNorm2d(C)
+
+    def forward(self, x, r):
+        return F.max_pool2d(torch.tanh(self.bn(self.conv(x))) + r, 2, stride=1, dilation=2)
+
+
+def get_inputs():
+    return [torch.randn(B, 4, H, W), torch.randn(B, C, H, W)]
+
+
+def get_init_inputs():
+    return []
 """,
     "GEMV_T": """
 import torch
@@ -617,7 +679,9 @@ print(json.dumps({"err": float((got.double() - want).abs().max()), "scale": floa
 """
 
 
-@pytest.mark.parametrize("case", ["conv_bn_cl", "conv3d_bn_res_cl", "conv_bn_tiles"])
+@pytest.mark.parametrize(
+    "case", ["conv_bn_cl", "conv3d_bn_res_cl", "conv_bn_tiles", "conv_bn_pool_stem", "conv_bn_pool_res"]
+)
 def test_conv_bn_batch_statistics_in_training_mode(case, descs):
     """The conv + BatchNorm seeds normalise by the batch's statistics in training mode (inputs
     shifted off zero: the shifted sums must not cancel); the channels-last seed keeps its output
@@ -631,6 +695,20 @@ def test_conv_bn_batch_statistics_in_training_mode(case, descs):
     )
     assert r["err"] <= 1e-4 * max(1.0, r["scale"]), r
     assert r["cl"] if "+cl-" in reply.algorithm else r["nchw"], r
+
+
+def test_conv_bn_relu_max_pool_is_one_group_writing_the_pooled_output(descs):
+    """A max pool after conv + BatchNorm (+ its elementwise epilogue) joins the norm's group:
+    the only algorithm is the pooled pass, which reads the module's window at run time, and no
+    full-size normalised tensor is written (one apply launch, into the pooled shape)."""
+    fam, plan = _plan(descs, "conv_bn_pool_stem")
+    assert plan.pool is not None and plan.pool.window == ([3, 3], [2, 2], [1, 1], [1, 1])
+    assert fam.algorithms(plan) == ["library-conv+channel-tiles+max-pool"]
+    src = _reply(descs, "conv_bn_pool_stem").source
+    assert "window=(self.pool.kernel_size, self.pool.stride, self.pool.padding, self.pool.dilation)" in src
+    assert "launch_bn_pool_apply(" in src and "launch_bn_tile_apply(" not in src
+    _, plan = _plan(descs, "conv_bn_pool_res")
+    assert plan.pool.geometry is None and plan.pool.window == ([2, 2], [1, 1], [0, 0], [2, 2])
 
 
 def test_conv_bn_channels_last_offered_after_the_nchw_seeds(descs):

@@ -17,7 +17,10 @@ the H200, PERF_NOTES), sums each channel over the (pixel x channel) rows of its 
 coalesced along the channels, and keeps the output channels-last (a following conv reads it as
 it is); through the agent it has lost to the NCHW seeds so far. split-stats+fused-normalize
 walks each channel's flattened (sample, pixel) index and applies through the elementwise
-family's broadcast kernel.
+family's broadcast kernel. channel-tiles+max-pool (the only algorithm where a 2-d max pool ends
+the group, as in conv -> BN -> ReLU -> pool stages and ResNet stems): the same statistics, then
+one pass per pooled output element over its window (normalise, affine, epilogue, max), so the
+full-size normalised activation is never written and read back.
 Running statistics are not updated (the forward output does not depend on them in training mode).
 
 Which statistics apply is decided in the generated forward at run time, as PyTorch does: a
@@ -39,7 +42,7 @@ from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit,
 from ..kernelfiles import jit_source, kernel_source
 from . import elementwise as ew
 from .libconv import CL_HELPERS, LIB_OPS, LIBRARY_PRECISION, library_call, split_call
-from .pooling import EPI_MODE
+from .pooling import EPI_MODE, POOL_OPS, geometry_expr, window_args
 
 
 @dataclass
@@ -61,6 +64,32 @@ class BnPlan:
     # whose call splits and whose output only the norm reads; None otherwise)
     conv_cl_call: str | None = None
     conv_cl_bias: str | None = None
+    # a 2-d max pool ending the group (over the epilogue's result): the normalise pass then
+    # writes the pooled output only (BnPool); None without one
+    pool: BnPool | None = None
+
+
+@dataclass
+class BnPool:
+    node: OpNode
+    # captured (kernel, stride, padding, dilation), each a pair
+    window: tuple[list[int], list[int], list[int], list[int]]
+    geometry: str | None  # forward's expression of a module's window, read at run time
+
+
+def _trailing_pool(view: GraphView, bn: OpNode, rest: list[OpNode]) -> BnPool | None:
+    """The 2-d max pool that ends the group after the norm and its elementwise epilogue, reading
+    the epilogue's last value (or the norm's), or None when the group does not end in one."""
+    if not rest or rest[-1].op not in POOL_OPS:
+        return None
+    p = rest[-1]
+    kind, nd, ks, stride, padding, dilation, _ = window_args(p)
+    if kind != "max" or nd != 2:
+        raise Unsupported(f"{p.op} after batch_norm (only a 2-d max pool is fused)")
+    src = view.refs(p)
+    if len(src) != 1 or src[0] != (rest[-2].name if len(rest) > 1 else bn.name):
+        raise Unsupported("the max pool does not read the norm's epilogue")
+    return BnPool(p, (ks, stride, padding, dilation), geometry_expr(p))
 
 
 def match(view: GraphView) -> BnPlan | None:
@@ -100,14 +129,20 @@ def match(view: GraphView) -> BnPlan | None:
         if lf is None or lf.is_scalar:
             raise Unsupported("batch_norm input is not a tensor argument")
         x_expr = lf.expr
-    epilogue = collect_chain(view, nodes[i + 1 :], internal={bn.name})
+    rest = nodes[i + 1 :]
+    pool = _trailing_pool(view, bn, rest)
+    if pool is not None:
+        rest = rest[:-1]
+        cl = {}  # the pooled pass reads the conv's NCHW output
+    epilogue = collect_chain(view, rest, internal={bn.name})
     if stats is not None:
-        return BnPlan(
+        plan = BnPlan(
             x_expr=x_expr, conv_call=conv_call, conv_bias=conv_bias, bn=bn, epilogue=epilogue, **stats, **cl
         )
+        return _with_pool(plan, pool)
     affine = bn.module_attrs.get("affine", True)
     m = f"self.{bn.target}"
-    return BnPlan(
+    plan = BnPlan(
         x_expr=x_expr,
         conv_call=conv_call,
         conv_bias=conv_bias,
@@ -122,6 +157,16 @@ def match(view: GraphView) -> BnPlan | None:
         running_var=f"{m}.running_var",
         **cl,
     )
+    return _with_pool(plan, pool)
+
+
+def _with_pool(plan: BnPlan, pool: BnPool | None) -> BnPlan:
+    if pool is None:
+        return plan
+    if not _tiles_fit(plan):
+        raise Unsupported("a pooled batch_norm epilogue reads a tensor of another broadcast")
+    plan.pool = pool
+    return plan
 
 
 def _tensor_arg(view: GraphView, bn: OpNode, pos: int, key: str) -> str | None:
@@ -159,6 +204,11 @@ def _functional_stats(view: GraphView, bn: OpNode) -> dict[str, Any]:
 
 
 TILES = "channel-tiles"
+# channel-tiles statistics, then one pass from the norm's input to a trailing max pool's output:
+# each output element normalises its window's inputs, applies the epilogue and keeps the
+# largest, so the full-size activation is never written and read back (torch.compile fuses
+# BatchNorm, ReLU and the pool the same way)
+POOLED = TILES + "+max-pool"
 # The conv on a channels-last input (cuDNN's channels-last TF32 kernels; torch.compile's layout
 # choice), statistics over (pixel x channel) tiles coalesced along the channels, and the
 # normalise pass flat over the channels-last output, which it keeps: a following conv reads it
@@ -186,7 +236,13 @@ def _tiles_fit(plan: BnPlan) -> bool:
     return True
 
 
+def _tiled(algorithm: str) -> bool:
+    return algorithm.endswith((TILES, POOLED))
+
+
 def algorithms(plan: BnPlan) -> list[str]:
+    if plan.pool is not None:
+        return [f"library-conv+{POOLED}" if plan.conv_call else POOLED]
     tiles = [TILES] if _tiles_fit(plan) else []
     if plan.conv_call:
         algos = [f"library-conv+{a}" for a in tiles] + ["library-conv+bn-stats+fused-epilogue"]
@@ -205,7 +261,7 @@ def defaults(plan: BnPlan, algorithm: str) -> dict[str, Any]:
     # a library conv computes in PyTorch's default precision (TF32 where cuDNN picks it): a note
     # for reports (as the libconv family's), not a tunable
     lib = {"PRECISION": LIBRARY_PRECISION} if plan.conv_call else {}
-    if algorithm.endswith(TILES):
+    if _tiled(algorithm):
         # 2048-element tiles (8 per thread at 8 warps) for the statistics; 8 programs per SM. The
         # normalise pass flat over 1024-element blocks (0.997 of the H200's bandwidth roof in
         # evals/h200/membw_probe.py, against 0.90 for its best 2-D channel tiles).
@@ -221,7 +277,7 @@ def defaults(plan: BnPlan, algorithm: str) -> dict[str, Any]:
 
 
 def valid(plan: BnPlan, params: dict[str, Any]) -> str | None:
-    if params["algorithm"].endswith(TILES) and params["BLOCK"] < 128:
+    if _tiled(params["algorithm"]) and params["BLOCK"] < 128:
         return "channel tiles need BLOCK >= 128"
     if params["algorithm"] == CL_TILES and plan.conv_cl_call is None:
         return "no channels-last call for this conv"
@@ -231,9 +287,9 @@ def valid(plan: BnPlan, params: dict[str, Any]) -> str | None:
 def space(plan: BnPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     from ..spaces import SPACES
 
-    if params["algorithm"].endswith(TILES):
-        # the channels-last pass is always flat (its 2-D tiles would be NCHW rows)
-        flat = {} if params["algorithm"] == CL_TILES else {"FLAT_APPLY": [False]}
+    if _tiled(params["algorithm"]):
+        # the channels-last and pooled passes are always flat (2-D tiles would be NCHW rows)
+        flat = {} if params["algorithm"] == CL_TILES or plan.pool else {"FLAT_APPLY": [False]}
         return {
             "tiling": {"BLOCK": [1024, 4096, 512], "APPLY_BLOCK": [2048, 4096]},
             "mapping": {"PROGS_PER_SM": [4, 16, 2], **flat},
@@ -292,7 +348,7 @@ def bn_running_kernel(rm_ptr, rv_ptr, cb_ptr, mean_ptr, rstd_ptr, C, eps, HAS_CB
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: BnPlan, params: dict[str, Any]) -> str:
-    if params["algorithm"].endswith(TILES):
+    if _tiled(params["algorithm"]):
         return _generate_tiles(desc, plan, params)
     name = plan.bn.name
     x_leaf = Leaf("bn_x", "x_bn", None)
@@ -586,21 +642,126 @@ def _tile_apply_kernel(plan: BnPlan, flat: bool) -> str:
             f"bb = tl.load(b_ptr + c, mask={cm}, other=0.0).to(tl.float32){col}",
             "y = y * w + bb",
         ]
+    epi, last = _epilogue_lines(plan, "offs", "m", cm, col)
+    L += [*epi, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=m)"]
+    return jit_source("bn_tile_apply_kernel", sig, L)
+
+
+def _epilogue_lines(plan: BnPlan, at: str, mask: str, cmask: str, col: str = "") -> tuple[list[str], str]:
+    """The epilogue on the normalised `y`: its tensors loaded by launch mode (0: the input's
+    shape, at offsets `at` under `mask`; 1: per channel `c` under `cmask`, broadcast by `col`;
+    2: one element), then its statements; and the variable holding the result."""
     env = {plan.bn.name: "y", **{lf.name: f"l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves}}
-    for lf in leaves:
+    L: list[str] = []
+    for lf in plan.epilogue.tensor_leaves:
         P = f"t_{lf.name}"
         L += [
             f"if {P}_MODE == 0:",
-            f"    {P} = tl.load({P}_ptr + offs, mask=m, other=0.0).to(tl.float32)",
+            f"    {P} = tl.load({P}_ptr + {at}, mask={mask}, other=0.0).to(tl.float32)",
             f"elif {P}_MODE == 1:",
-            f"    {P} = tl.load({P}_ptr + c, mask={cm}, other=0.0).to(tl.float32){col}",
+            f"    {P} = tl.load({P}_ptr + c, mask={cmask}, other=0.0).to(tl.float32){col}",
             "else:",
             f"    {P} = tl.load({P}_ptr).to(tl.float32)",
         ]
         env[lf.name] = P
     epi, last = plan.epilogue.body(env)
-    L += [*epi, f"tl.store(out_ptr + offs, {last or 'y'}.to(out_ptr.dtype.element_ty), mask=m)"]
-    return jit_source("bn_tile_apply_kernel", sig, L)
+    return L + epi, last or "y"
+
+
+def _pool_apply_kernel(plan: BnPlan) -> str:
+    """The normalise pass into a 2-d max pool: BLOCK flat NCHW output elements per program; for
+    each window element (the window a constexpr, unrolled) the input is normalised, the affine
+    and the epilogue applied, and the largest kept (padding counts as -inf, as in PyTorch)."""
+    leaves = plan.epilogue.tensor_leaves
+    aff = ", w_ptr, b_ptr" if plan.weight else ""
+    sig = (
+        f"x_ptr, out_ptr, mean_ptr, rstd_ptr{aff}, C, H, W, OH, OW, NOUT"
+        + "".join(f", t_{lf.name}_ptr" for lf in leaves)
+        + "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
+        + ", BIG: tl.constexpr, BLOCK: tl.constexpr"
+        + "".join(f", {g}: tl.constexpr" for g in ("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"))
+        + "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in leaves)
+    )
+    L = [
+        "offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        "if BIG:",
+        "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        "m = offs < NOUT",
+        "ow = offs % OW",
+        "oh = (offs // OW) % OH",
+        "plane = offs // (OW * OH)",
+        "c = plane % C",
+        "mean = tl.load(mean_ptr + c, mask=m, other=0.0)",
+        "rstd = tl.load(rstd_ptr + c, mask=m, other=0.0)",
+    ]
+    if plan.weight:
+        L += [
+            "w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)",
+            "bb = tl.load(b_ptr + c, mask=m, other=0.0).to(tl.float32)",
+        ]
+    L += [
+        "base = plane * H * W",
+        "acc = tl.full([BLOCK], -float('inf'), tl.float32)",
+        "for kh in tl.static_range(KH):",
+        "    for kw in tl.static_range(KW):",
+    ]
+    inner = [
+        "ih = oh * SH - PH + kh * DH",
+        "iw = ow * SW - PW + kw * DW",
+        "ok = m & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)",
+        "at = base + ih * W + iw",
+        "x = tl.load(x_ptr + at, mask=ok, other=0.0).to(tl.float32)",
+        "y = (x - mean) * rstd",
+        *(["y = y * w + bb"] if plan.weight else []),
+    ]
+    epi, last = _epilogue_lines(plan, "at", "ok", "m")
+    inner += [*epi, f"acc = tl.maximum(acc, tl.where(ok, {last}, -float('inf')))"]
+    L += ["        " + ln for ln in inner]
+    L.append("tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=m)")
+    return jit_source("bn_pool_apply_kernel", sig, L)
+
+
+def _pool_launcher(plan: BnPlan, params: dict[str, Any]) -> list[str]:
+    """launch_bn_pool_apply(): the pooled output's shape from the window (the module's, read at
+    run time, else the captured one), the epilogue operands in the input's shape, one launch."""
+    assert plan.pool is not None
+    ablock, warps = int(params.get("APPLY_BLOCK", 1024)), int(params["num_warps"])
+    leaves = plan.epilogue.tensor_leaves
+    targs = [f"t_{lf.name}" for lf in leaves]
+    sargs = [f"l_{lf.name}" for lf in plan.epilogue.scalar_leaves]
+    aff = ["w_v", "b_v"] if plan.weight else []
+    k, st, pad, dil = plan.pool.window
+    return [
+        f"def launch_bn_pool_apply(x, mean, rstd{''.join(', ' + a for a in aff + targs + sargs)}, window=None):",
+        "    if x.dim() != 4:",
+        '        raise ValueError(f"max pool over a {x.dim()}-d input (a 4-d one expected)")',
+        "    N, C, H, W = x.shape",
+        f"    k, s, p, d = {k!r}, {st!r}, {pad!r}, {dil!r}",
+        "    if window is not None:",
+        "        pair = lambda v: [int(a) for a in v] if isinstance(v, (list, tuple)) else [int(v)] * 2",
+        "        k = pair(window[0])",
+        "        s = k if window[1] is None or window[1] == [] else pair(window[1])",
+        "        p, d = pair(window[2]), pair(window[3])",
+        "    OH = (H + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1",
+        "    OW = (W + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1",
+        "    if OH <= 0 or OW <= 0:",
+        '        raise ValueError("pooling window larger than the padded input")',
+        "    out = torch.empty((N, C, OH, OW), device=x.device, dtype=x.dtype)",
+        "    if out.numel() == 0:",
+        "        return out",
+        *(f"    {t}_c, {t}_m = _epi_mode({t}, x.shape)" for t in targs),
+        f"    grid = (triton.cdiv(out.numel(), {ablock}),)",
+        "    bn_pool_apply_kernel[grid](x, out, mean, rstd"
+        + "".join(f", {a}.reshape(-1)" for a in aff)
+        + ", C, H, W, OH, OW, out.numel()"
+        + "".join(f", {t}_c" for t in targs)
+        + "".join(f", float({x})" for x in sargs)
+        + f", BIG=x.numel() + {ablock} >= 2**31, BLOCK={ablock}"
+        + ", KH=k[0], KW=k[1], SH=s[0], SW=s[1], PH=p[0], PW=p[1], DH=d[0], DW=d[1]"
+        + "".join(f", {t}_MODE={t}_m" for t in targs)
+        + f", num_warps={warps})",
+        "    return out",
+    ]
 
 
 def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any]) -> str:
@@ -647,6 +808,8 @@ def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any])
         + f", num_warps={warps})",
         "    return out",
     ]
+    if plan.pool is not None:
+        L = _pool_launcher(plan, params)
     if cl:
         stats = CL_STATS_LAUNCH.format(block=block, per_sm=per_sm, warps=warps)
         stats += "\n\n" + kernel_source("layout.py", *CL_HELPERS)
@@ -656,9 +819,16 @@ def _generate_tiles(desc: TaskDescription, plan: BnPlan, params: dict[str, Any])
     fwd = _forward_stats(plan, "launch_bn_cl_stats" if cl else "launch_bn_tile_stats", cl)
     call = ["x_bn", "mean_v.reshape(-1)", "rstd_v.reshape(-1)", *aff, *(lf.expr for lf in leaves)]
     call += [lf.expr for lf in plan.epilogue.scalar_leaves]
-    fwd.append(f"return launch_bn_tile_apply({', '.join(call)})")
+    if plan.pool is not None:
+        if plan.pool.geometry:
+            call.append(f"window={plan.pool.geometry}")
+        fwd.append(f"return launch_bn_pool_apply({', '.join(call)})")
+        apply_kernel = _pool_apply_kernel(plan)
+    else:
+        fwd.append(f"return launch_bn_tile_apply({', '.join(call)})")
+        apply_kernel = _tile_apply_kernel(plan, flat)
     doc = f"EGG expert: batchnorm family (batch or running statistics), algorithm {params['algorithm']}."
-    kernels = [ewops.HELPERS, STATS, TILE_KERNELS, _tile_apply_kernel(plan, flat)]
+    kernels = [ewops.HELPERS, STATS, TILE_KERNELS, apply_kernel]
     if cl:
         kernels += [CL_KERNELS, kernel_source("layout.py", "nchw_to_nhwc_kernel")]
     return assemble(desc, "\n\n".join(kernels), launchers, "\n".join(fwd), doc)

@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from graph.records import TaskDescription
+from graph.records import OpNode, TaskDescription
 
 from .. import ewops
 from ..chain import Chain, collect_chain
@@ -81,12 +81,10 @@ def _tup(v: Any, nd: int, name: str) -> list[int]:
     return [int(x) for x in vals]
 
 
-def match(view: GraphView) -> PoolPlan | None:
-    nodes = view.compute_nodes()
-    pools = [n for n in nodes if n.op in POOL_OPS]
-    if len(pools) != 1:
-        return None
-    p = pools[0]
+def window_args(p: OpNode) -> tuple[str, int, list[int], list[int], list[int], list[int], bool]:
+    """A pooling node's (kind, nd, kernel, stride, padding, dilation, count_include_pad) as
+    captured, from its module's attributes or the call's arguments; ceil_mode, return_indices
+    and divisor_override are refused (Unsupported)."""
     nd = int(p.op[-2])
     kind = p.op.split("_")[0]
     if p.kind == "call_module":
@@ -121,6 +119,25 @@ def match(view: GraphView) -> PoolPlan | None:
     if kind == "avg" and get("divisor_override", None) is not None:
         raise Unsupported("avg pooling with divisor_override")
     cip = bool(get("count_include_pad", True)) if kind == "avg" else True
+    return kind, nd, ks, stride, padding, dilation, cip
+
+
+def geometry_expr(p: OpNode) -> str | None:
+    """forward's expression of a pooling module's (kernel, stride, padding, dilation), read at
+    run time (module scalars may differ from the captured ones); None for a functional call."""
+    if p.kind != "call_module":
+        return None
+    m = f"self.{p.target}"
+    return f"({m}.kernel_size, {m}.stride, {m}.padding, {m + '.dilation' if p.op.startswith('max') else '1'})"
+
+
+def match(view: GraphView) -> PoolPlan | None:
+    nodes = view.compute_nodes()
+    pools = [n for n in nodes if n.op in POOL_OPS]
+    if len(pools) != 1:
+        return None
+    p = pools[0]
+    kind, nd, ks, stride, padding, dilation, cip = window_args(p)
     i = [n.name for n in nodes].index(p.name)
     pro, epi = nodes[:i], nodes[i + 1 :]
     conv_call = conv_bias = conv_call_cl = None
@@ -153,10 +170,7 @@ def match(view: GraphView) -> PoolPlan | None:
     for lf in prologue.scalar_leaves + epilogue.scalar_leaves:
         if lf.name not in [s.name for s in scalars]:
             scalars.append(lf)
-    geometry = None
-    if p.kind == "call_module":
-        m = f"self.{p.target}"
-        geometry = f"({m}.kernel_size, {m}.stride, {m}.padding, {m + '.dilation' if kind == 'max' else '1'})"
+    geometry = geometry_expr(p)
     return PoolPlan(
         kind,
         nd,
