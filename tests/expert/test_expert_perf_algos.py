@@ -730,3 +730,19 @@ def test_conv_bn_channels_last_offered_after_the_nchw_seeds(descs):
     assert "conv3d(to_channels_last(x, 4), cl_conv_weight(self.conv.weight, 4), None," in src
     assert "launch_bn_cl_stats(x_bn," in src and "self.conv.bias)" in src  # the bias on the running side
     assert "    HW = 1\n" in src and "_epi_mode_cl(" in src
+
+
+def test_batchnorm_tuning_leaves_out_statistics_parameters_the_timed_forward_never_runs(descs):
+    """The toolbox checks and times models in eval mode: a BatchNorm module with running
+    statistics then never launches the statistics kernels, so their tile (BLOCK) and split
+    (PROGS_PER_SM) are not tuned; with batch statistics (functional, training=True) they are."""
+    fam, plan = _plan(descs, "conv_bn_tiles")
+    params = {"algorithm": "library-conv+channel-tiles"}
+    assert fam.space(plan, params, "tiling", {}) == {"APPLY_BLOCK": [2048, 4096]}
+    assert fam.space(plan, params, "mapping", {}) == {"FLAT_APPLY": [False]}
+    assert fam.space(plan, params, "memory", {}) == {"num_warps": [4, 16]}
+    batch = dataclasses.replace(
+        plan, bn=plan.bn.model_copy(update={"kind": "call_function"}), use_batch="True"
+    )
+    assert "BLOCK" in fam.space(batch, params, "tiling", {})
+    assert "PROGS_PER_SM" in fam.space(batch, params, "mapping", {})

@@ -290,12 +290,24 @@ def space(plan: BnPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
     if _tiled(params["algorithm"]):
         # the channels-last and pooled passes are always flat (2-D tiles would be NCHW rows)
         flat = {} if params["algorithm"] == CL_TILES or plan.pool else {"FLAT_APPLY": [False]}
+        # BLOCK and PROGS_PER_SM shape only the statistics kernels: where the timed forward never
+        # runs them, a variant of theirs is the same kernel timed again (a noise win at best)
+        stats = _batch_stats_timed(plan)
         return {
-            "tiling": {"BLOCK": [1024, 4096, 512], "APPLY_BLOCK": [2048, 4096]},
-            "mapping": {"PROGS_PER_SM": [4, 16, 2], **flat},
+            "tiling": {**({"BLOCK": [1024, 4096, 512]} if stats else {}), "APPLY_BLOCK": [2048, 4096]},
+            "mapping": {**({"PROGS_PER_SM": [4, 16, 2]} if stats else {}), **flat},
             "memory": {"num_warps": [4, 16]},
         }.get(stage, {})
     return SPACES["elementwise"].get(stage, {})
+
+
+def _batch_stats_timed(plan: BnPlan) -> bool:
+    """Whether the forward the toolbox checks and times computes batch statistics. It runs
+    models in eval mode (tools/worker/runner.py), where a BatchNorm module that tracks running
+    statistics normalises by them; functional batch_norm follows its constant `training`."""
+    if plan.bn.kind == "call_module":
+        return not plan.bn.module_attrs.get("track_running_stats", True)
+    return plan.use_batch == "True"
 
 
 STATS = """
