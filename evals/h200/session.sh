@@ -30,6 +30,10 @@
 #            EGG_LEVELS="1 2 3" (any step of the sample) picks the levels
 #   suite    the project's whole suite, all four stages, default budgets (issue 12)
 #   rnn      the suite's LSTM classifier and KernelBench level3/35-42 (LSTM, GRU), all four stages
+#   convnets the suite's conv + BatchNorm networks (cx04, cx09, cx13, cv06) and KernelBench's
+#            level2/11 and level3/9 (a pooled BatchNorm group on a ConvTranspose2d and a ResNet
+#            stem): their kernels profiled in eval mode (kernel_times, two seeds), then all four
+#            stages through egg eval (issue 13's conv rows)
 #   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
 #   kernels  `session.sh kernels TASK.py ... [--seeds N]`: GPU time per kernel of eager, compile
@@ -44,7 +48,7 @@
 #            compiled launcher, a PyTorch op) and each kernel file's launched forward against its
 #            CUDA-graph replay, with its host profile (evals/h200/host_probe.py)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|probe|kernels|membw|libwarm|host|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|convnets|probe|kernels|membw|libwarm|host|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -143,6 +147,18 @@ case "$step" in
     # (never in the sample: eight of them, two-layer-plus networks of 512-step sequences)
     step_eval evals/suites/egg/cx28_lstm_classifier.py .kb/KernelBench/level3/3[5-9]_*.py \
       .kb/KernelBench/level3/4[0-2]_*.py --workers "${EGG_WORKERS:-5}"
+    ;;
+  convnets)
+    nets=(evals/suites/egg/cx04_tiny_cnn.py evals/suites/egg/cx09_resnet_basic_block.py
+          evals/suites/egg/cx13_mobilenet_block.py evals/suites/egg/cv06_pointwise_conv_bn_relu.py)
+    for f in .kb/KernelBench/level2/11_*.py .kb/KernelBench/level3/9_ResNet18.py; do
+      if [ -f "$f" ]; then nets+=("$f"); fi  # with the KernelBench checkout carried
+    done
+    timeout -s INT $((budget / 3)) python3 -m evals.h200.kernel_times "${nets[@]:0:4}" --seeds 2 \
+      --out "$out/kernels" 2>&1 | grep -v tool.describe | tee -a "$out/kernels.txt" || true
+    rm -f "$out"/kernels/*.py  # generated kernels: not results
+    budget=$((budget - budget / 3))
+    step_eval "${nets[@]}" --workers "${EGG_WORKERS:-6}"
     ;;
   probe)
     # every seed of the tasks named (paths), the fastest benchmarked beside eager and compile
