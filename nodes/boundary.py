@@ -79,11 +79,11 @@ def replay_reachable(t: TimingReport | None) -> TimingReport | None:
     its measured replay or more counts at its replay's time, what that stage reaches by removing
     the launches' host cost. Otherwise `t` as it is.
 
-    A channels-last ResNet block seed on the H100 had 0.194 ms of kernels against the NCHW
-    seeds' 0.285 ms, but its nine launches cost the host about as long: timed while other tasks
-    compiled on the CPUs it measured 0.370 ms launched (replay 0.204 ms) and lost the algorithm
-    stage to an NCHW seed at 0.329 ms, whose GPU time no later stage can shorten. Used only where
-    the replay can be offered (hostgraph.replay_possible: no random ops, a GPU)."""
+    On an H100 a channels-last ResNet block seed had 0.194 ms of kernels against the NCHW
+    seeds' 0.285 ms, but its nine launches cost the host about as long: timed beside other jobs
+    it measured 0.370 ms launched (its replay 0.204 ms), and in an agent run an NCHW seed won the
+    algorithm stage at 0.329 ms, a GPU time no later stage can shorten. Used only where the
+    replay can be offered (hostgraph.replay_possible: no random ops, a GPU)."""
     if t is None or not t.measured or not t.candidate_ms or not t.cudagraph_ms:
         return t
     if t.candidate_ms < HOST_BOUND_RATIO * t.cudagraph_ms:
