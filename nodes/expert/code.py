@@ -170,7 +170,7 @@ class ExpertCode:
         if base is None:
             return None
         groups = low.at(base).kernel_groups()
-        if graph_replay_offered(req.desc, low.view, groups) is None:
+        if graph_replay_offered(req.desc, groups) is None:
             return None
         why = host_bound_at_seed(req.desc, groups)
         cand = {**base, HOST_PARAM: GRAPH_REPLAY}
@@ -259,7 +259,7 @@ class ExpertCode:
         if base.get(HOST_PARAM) == GRAPH_REPLAY:
             return None
         timing = req.best.timing if req.best is not None else None
-        why = graph_replay_offered(req.desc, low.view, low.at(base).kernel_groups(), timing)
+        why = graph_replay_offered(req.desc, low.at(base).kernel_groups(), timing)
         cand = {**base, HOST_PARAM: GRAPH_REPLAY}
         if why is None or _key(cand) in tried or not low.valid(cand):
             return None

@@ -19,7 +19,7 @@ import ast
 
 from graph.records import TaskDescription, TimingReport
 
-from .graphview import GraphView, Unsupported, forward_arg_names
+from .graphview import Unsupported, forward_arg_names
 from .kernelfiles import kernel_source
 
 HOST_PARAM = "host"
@@ -63,25 +63,19 @@ def _launches_negligible(timing: TimingReport | None) -> bool:
 
 
 def graph_replay_offered(
-    desc: TaskDescription, view: GraphView, kernel_groups: int, timing: TimingReport | None = None
+    desc: TaskDescription, kernel_groups: int, timing: TimingReport | None = None
 ) -> str | None:
     """Why replaying this forward as a CUDA graph is worth a variant, or None when it is not:
     a forward of many groups whose replay was not timed, or any forward whose replay took well
     under its call (`timing`: the kernel's stage timing). A measured replay counts whatever the
     groups: one recurrent group launches a kernel per time step (KernelBench's level-3 LSTMs on
     an H100: 1.5x-2.9x their replay, with two groups each)."""
-    if desc.device != "cuda":
+    if not replay_possible(desc):
         return None
     ratio = host_bound(timing)
     if ratio is not None and ratio < HOST_BOUND_RATIO:
         return None
     if ratio is None and (kernel_groups < MIN_GROUPS or _launches_negligible(timing)):
-        return None
-    if any(n.op in RANDOM_OPS for n in view.nodes.values()):
-        return None
-    try:
-        forward_arg_names(desc.source)
-    except Unsupported:
         return None
     launches = timing.candidate_launches if timing is not None else 0
     if ratio is not None and kernel_groups < MIN_GROUPS and launches:
@@ -99,8 +93,8 @@ def graph_replay_offered(
 def replay_possible(desc: TaskDescription | None) -> bool:
     """Whether a replay of this task's forward can be offered at all, whatever the kernel: the
     conditions of graph_replay_offered that depend on the task only (a GPU, no random op in its
-    graph, a forward whose arguments are plain names). The algorithm stage counts a host-bound
-    seed at its replay's time only then (nodes/boundary.py replay_reachable)."""
+    graph, a forward whose arguments are plain names). The algorithm stage also counts a
+    host-bound seed at its replay's time only then (nodes/boundary.py replay_reachable)."""
     if desc is None or desc.device != "cuda" or not desc.op_graph:
         return False
     if any(n.op in RANDOM_OPS for n in desc.op_graph):
