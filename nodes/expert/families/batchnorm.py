@@ -607,21 +607,28 @@ def launch_bn_cl_stats(x, eps):
 '''
 
 
+def _apply_sig(plan: BnPlan, dims: str, consts: list[str]) -> str:
+    """A normalise kernel's parameters: input, output, the per-channel mean and rstd (and affine
+    weight and bias), the sizes `dims`, the epilogue's tensors and scalars, the constexprs
+    `consts`, then each epilogue tensor's launch mode."""
+    leaves = plan.epilogue.tensor_leaves
+    aff = ", w_ptr, b_ptr" if plan.weight else ""
+    return (
+        f"x_ptr, out_ptr, mean_ptr, rstd_ptr{aff}, {dims}"
+        + "".join(f", t_{lf.name}_ptr" for lf in leaves)
+        + "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
+        + "".join(f", {c}: tl.constexpr" for c in consts)
+        + "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in leaves)
+    )
+
+
 def _tile_apply_kernel(plan: BnPlan, flat: bool) -> str:
     """y = (x - mean[c]) * rstd[c] (* w[c] + b[c]), then the epilogue. Tiles (flat False): a [BR
     rows of (n, c), BHW pixels] tile, per-channel values gathered once per row. Flat: BLOCK
     consecutive elements, the channel decoded and gathered per element (L1 hits); on the H200
     (eval BN over (64, 64, 512, 512), evals/h200/membw_probe.py) the flat form ran at 0.997 of
     the bandwidth roof and the 2-D tiles at 0.90 at best."""
-    leaves = plan.epilogue.tensor_leaves
-    aff = ", w_ptr, b_ptr" if plan.weight else ""
-    sig = (
-        f"x_ptr, out_ptr, mean_ptr, rstd_ptr{aff}, C, HW, NC"
-        + "".join(f", t_{lf.name}_ptr" for lf in leaves)
-        + "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
-        + (", BIG: tl.constexpr, BLOCK: tl.constexpr" if flat else ", BR: tl.constexpr, BHW: tl.constexpr")
-        + "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in leaves)
-    )
+    sig = _apply_sig(plan, "C, HW, NC", ["BIG", "BLOCK"] if flat else ["BR", "BHW"])
     if flat:
         # NC is the element count here; 32-bit offsets (cheaper division) unless it needs 64
         L = [
@@ -684,16 +691,8 @@ def _pool_apply_kernel(plan: BnPlan) -> str:
     """The normalise pass into a 2-d max pool: BLOCK flat NCHW output elements per program; for
     each window element (the window a constexpr, unrolled) the input is normalised, the affine
     and the epilogue applied, and the largest kept (padding counts as -inf, as in PyTorch)."""
-    leaves = plan.epilogue.tensor_leaves
-    aff = ", w_ptr, b_ptr" if plan.weight else ""
-    sig = (
-        f"x_ptr, out_ptr, mean_ptr, rstd_ptr{aff}, C, H, W, OH, OW, NOUT"
-        + "".join(f", t_{lf.name}_ptr" for lf in leaves)
-        + "".join(f", l_{lf.name}_val" for lf in plan.epilogue.scalar_leaves)
-        + ", BIG: tl.constexpr, BLOCK: tl.constexpr"
-        + "".join(f", {g}: tl.constexpr" for g in ("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"))
-        + "".join(f", t_{lf.name}_MODE: tl.constexpr" for lf in leaves)
-    )
+    window = ["KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"]
+    sig = _apply_sig(plan, "C, H, W, OH, OW, NOUT", ["BIG", "BLOCK", *window])
     L = [
         "offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
         "if BIG:",
