@@ -407,31 +407,26 @@ def share_channels_last(forward_text: str, defs: dict[str, _Def]) -> str:
     lines = forward_text.split("\n")
     edits: list[tuple[int, int, int, str]] = []  # (line index, start col, end col, text)
     inserts: list[tuple[int, str]] = []
-    for x in sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - stored):
-        first: ast.stmt | None = None
-        sites: list[ast.Call] = []
-        for stmt in tree.body:
-            for c in ast.walk(stmt):
-                if (
-                    isinstance(c, ast.Call)
-                    and isinstance(c.func, ast.Name)
-                    and c.func.id in conv
-                    and len(c.args) == 1
-                    and not c.keywords
-                    and isinstance(c.args[0], ast.Name)
-                    and c.args[0].id == x
-                ):
-                    if isinstance(stmt, ast.If | ast.For | ast.While | ast.With | ast.Try):
-                        first = None
-                        sites = []
-                        break
-                    first = first or stmt
-                    sites.append(c)
-            else:
-                continue
-            break
-        if first is None:
-            continue
+    # each plain name's unpadded conversions, with the top-level statement holding each
+    sites_of: dict[str, list[tuple[ast.stmt, ast.Call]]] = {}
+    for stmt in tree.body:
+        for c in ast.walk(stmt):
+            if (
+                isinstance(c, ast.Call)
+                and isinstance(c.func, ast.Name)
+                and c.func.id in conv
+                and len(c.args) == 1
+                and not c.keywords
+                and isinstance(c.args[0], ast.Name)
+                and c.args[0].id not in stored
+            ):
+                sites_of.setdefault(c.args[0].id, []).append((stmt, c))
+    compound = ast.If | ast.For | ast.While | ast.With | ast.Try
+    for x, found in sorted(sites_of.items()):
+        if any(isinstance(stmt, compound) for stmt, _ in found):
+            continue  # converted only under a branch or a loop: binding it first adds a pass
+        first = found[0][0]
+        sites = [c for _, c in found]
         uses = [
             a
             for c in ast.walk(tree)
