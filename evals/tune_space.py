@@ -16,28 +16,15 @@ import sys
 from pathlib import Path
 
 from graph.context import Context
-from graph.records import BestKernel, Candidate, CheckReport, TaskSpec
+from graph.records import BestKernel, CheckReport, TaskSpec
 from nodes.expert import ExpertCode
-from nodes.models import CodeReply, CodeRequest, StageBrief
+from nodes.models import CodeRequest, StageBrief
 
 TUNE_STAGES = ("mapping", "tiling", "memory")
 
 
 def _brief(name: str) -> StageBrief:
     return StageBrief(name=name, objective="count the variants", may_change=[], must_keep=[])
-
-
-def _best(reply: CodeReply) -> BestKernel:
-    cand = Candidate(
-        id="seed0",
-        source=reply.source or "",
-        stage="algorithm",
-        origin=reply.origin,
-        family=reply.family,
-        algorithm=reply.algorithm,
-        params=reply.params,
-    )
-    return BestKernel(candidate=cand, check=CheckReport(accepted=True))
 
 
 def variants(task: TaskSpec, desc, limit: int = 64) -> tuple[str, dict[str, int]]:
@@ -48,7 +35,7 @@ def variants(task: TaskSpec, desc, limit: int = 64) -> tuple[str, dict[str, int]
     )
     if seed.source is None:
         return f"no seed ({seed.note})", {}
-    best = _best(seed)
+    best = BestKernel(candidate=seed.candidate("seed0", "algorithm"), check=CheckReport(accepted=True))
     counts: dict[str, int] = {}
     for name in TUNE_STAGES:
         n = 0

@@ -149,16 +149,12 @@ def make_code_node(spec: StageSpec, deps: Deps):
             log.info("code.exhausted", stage=spec.name, mode=mode, iteration=req.iteration)
             return {"exhausted": True, "current": None, "usage": usage}
         digest = hashlib.sha256(reply.source.encode()).hexdigest()[:8]
-        cand = Candidate(
-            id=f"{ident}.{digest}",
-            source=reply.source,
-            stage=spec.name,
+        cand = reply.candidate(
+            f"{ident}.{digest}",
+            spec.name,
             mode=mode,
             branch=branch,
             origin=reply.origin or "step",
-            family=reply.family,
-            algorithm=reply.algorithm,
-            params=reply.params,
             parent_id=req.best.candidate.id if req.best else (last.candidate.id if fixing and last else None),
             prompt=reply.prompt,
         )

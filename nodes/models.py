@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from graph.records import (
     Attempt,
     BestKernel,
+    Candidate,
     CodeMode,
     Diagnosis,
     Policy,
@@ -112,6 +113,17 @@ class CodeReply(BaseModel):
     unsupported: str | None = None
     prompt: dict[str, str] | None = None
     usage: RoleUsage = Field(default_factory=RoleUsage)
+
+    def candidate(self, id: str, stage: str, **fields: Any) -> Candidate:
+        """This reply's kernel as a candidate record (`fields` set or override the rest)."""
+        mine = {
+            "source": self.source or "",
+            "origin": self.origin,
+            "family": self.family,
+            "algorithm": self.algorithm,
+            "params": self.params,
+        }
+        return Candidate(id=id, stage=stage, **{**mine, **fields})
 
 
 class ProfilerRequest(BaseModel):

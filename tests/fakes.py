@@ -13,7 +13,6 @@ from typing import Any
 
 from graph.records import (
     BestKernel,
-    Candidate,
     CheckReport,
     CompileReport,
     Diagnosis,
@@ -205,15 +204,7 @@ def scripted_models(code: ScriptedCode) -> ModelSet:
 def best_from_reply(reply: CodeReply, stage: str = "algorithm", **params: Any) -> BestKernel:
     """A verified best kernel made of a code reply (its params updated by `params`), as a tuning
     or repair request receives it."""
-    cand = Candidate(
-        id="c",
-        source=reply.source,
-        stage=stage,
-        origin=reply.origin,
-        family=reply.family,
-        algorithm=reply.algorithm,
-        params={**reply.params, **params},
-    )
+    cand = reply.candidate("c", stage, params={**reply.params, **params})
     return BestKernel(candidate=cand, check=CheckReport(accepted=True))
 
 

@@ -566,19 +566,11 @@ def test_conv_first_seeds_follow_cudnn(descs):
 
 
 def _advice(desc, reply: CodeReply, fraction: float | None, bottleneck: str, kernels=()):
-    from graph.records import Attempt, Candidate, CompileReport, KernelCompileInfo, ProfileReport
+    from graph.records import Attempt, CompileReport, KernelCompileInfo, ProfileReport
     from nodes.expert import ExpertProfiler
     from nodes.models import ProfilerRequest
 
-    cand = Candidate(
-        id="c",
-        source=reply.source or "",
-        stage="tiling",
-        origin=reply.origin,
-        family=reply.family,
-        algorithm=reply.algorithm,
-        params=reply.params,
-    )
+    cand = reply.candidate("c", "tiling")
     comp = CompileReport(ok=True, kernels=[KernelCompileInfo(**k) for k in kernels])
     prof = ProfileReport(roofline_fraction=fraction, bottleneck=bottleneck)
     req = ProfilerRequest(
