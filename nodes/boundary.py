@@ -83,7 +83,10 @@ def replay_reachable(t: TimingReport | None) -> TimingReport | None:
     seeds' 0.285 ms, but its nine launches cost the host about as long: timed beside other jobs
     it measured 0.370 ms launched (its replay 0.204 ms), and in an agent run an NCHW seed won the
     algorithm stage at 0.329 ms, a GPU time no later stage can shorten. Used only where the
-    replay can be offered (hostgraph.replay_possible: no random ops, a GPU)."""
+    replay can be offered (hostgraph.replay_possible: no random ops, a GPU), and only for the
+    expert's own candidates (make_select_node): the replay figure is the runner's, which the
+    judge's clock does not check, so a model's candidate must not move a choice with it. What
+    is reported is never this figure: the replay variant is timed and judged like any other."""
     if t is None or not t.measured or not t.candidate_ms or not t.cudagraph_ms:
         return t
     if t.candidate_ms < HOST_BOUND_RATIO * t.cudagraph_ms:
@@ -122,7 +125,8 @@ def make_select_node(spec: StageSpec):
     def select(state: StageState, runtime: Runtime[Context]) -> StageUpdate:
         results = _branch_results(state)
         settings = settings_of(runtime)
-        # the expert's mapping stage offers the replay of a host-bound forward (a model's may not)
+        # the expert's mapping stage offers the replay of a host-bound forward (a model's may
+        # not), and a model's candidate could report any replay time (replay_reachable)
         replay = (
             settings.code_model == "expert"
             and "mapping" in settings.stages
