@@ -5,7 +5,8 @@ Last-dim reductions (inner == 1 at run time) use a row kernel whose algorithm is
   whole-row   the row lives in registers: one read, one write (short rows; long rows at run time
               go to the online kernel, which the file also contains)
   three-pass  max, then sum, then write (3 reads; the simplest, and the safest fallback)
-Other dims (inner > 1) use a column-tiled online kernel over the (outer, R, inner) view.
+Other dims (inner > 1) use a column-tiled online kernel over the (outer, R, inner) view; when its
+column tiles are too few for the GPU the reduced dim is split in chunks too (_col_split_kernels).
 """
 
 from __future__ import annotations
@@ -289,49 +290,114 @@ def _whole_row_kernel(plan: SmPlan, name: str, ev: str) -> str:
     return jit_source(name, sig, L)
 
 
-def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
-    """Reduction over the middle dim of (outer, R, inner): tiles of [BLOCK_R, BLOCK_I] columns."""
-    sargs = "".join(f", {s}" for s in _scalar_args(plan))
-    epi, last = _epi(plan, "y", "")
-    load = [
+def _col_load(bound: str, ev: str) -> list[str]:
+    """A [BLOCK_R, BLOCK_I] tile of rows start.. below `bound` (R, or a chunk's end)."""
+    return [
         "r = start + rr",
-        "mask = (r < R)[:, None] & cmask[None, :]",
+        f"mask = (r < {bound})[:, None] & cmask[None, :]",
         "offs = base + r[:, None] * inner + ci[None, :]",
         f"x = tl.load(x_ptr + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
     ]
-    # Columns past `inner` hold 0 instead of -inf so their running max stays finite (no NaN).
-    fix_cols = ["x = tl.where(cmask[None, :], x, 0.0)"]
-    L = [
-        "pid = tl.program_id(0)",
-        "n_cb = tl.cdiv(inner, BLOCK_I)",
-        "o = (pid // n_cb).to(tl.int64)",
-        "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
-        "cmask = ci < inner",
-        "rr = tl.arange(0, BLOCK_R)",
-        "base = o * R * inner",
+
+
+# The (outer, column tile) a program of a column kernel owns.
+_COL_HEAD = [
+    "pid = tl.program_id(0)",
+    "n_cb = tl.cdiv(inner, BLOCK_I)",
+    "o = (pid // n_cb).to(tl.int64)",
+    "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
+    "cmask = ci < inner",
+    "rr = tl.arange(0, BLOCK_R)",
+    "base = o * R * inner",
+]
+# Columns past `inner` hold 0 instead of -inf so their running max stays finite (no NaN).
+_FIX_COLS = ["x = tl.where(cmask[None, :], x, 0.0)"]
+
+
+def _col_stats(plan: SmPlan, lo: str, hi: str, ev: str) -> list[str]:
+    """The online max and rescaled sum of each column over rows lo..hi."""
+    return [
         "m = tl.full([BLOCK_I], -float('inf'), tl.float32)",
         "d = tl.zeros([BLOCK_I], dtype=tl.float32)",
-        "for start in range(0, R, BLOCK_R):",
-        *_ind(load + _pro(plan, "x", "mask", "a") + fix_cols, 4),
+        f"for start in range({lo}, {hi}, BLOCK_R):",
+        *_ind(_col_load(hi, ev) + _pro(plan, "x", "mask", "a") + _FIX_COLS, 4),
         "    m_new = tl.maximum(m, tl.max(x, 0))",
         "    d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[None, :]), 0)",
         "    m = m_new",
-        "for start in range(0, R, BLOCK_R):",
-        *_ind(load + _pro(plan, "x", "mask", "c") + fix_cols, 4),
+    ]
+
+
+def _col_write(plan: SmPlan, lo: str, hi: str, ev: str) -> list[str]:
+    """Rows lo..hi normalised with the columns' m and d, epilogue applied, stored."""
+    epi, last = _epi(plan, "y", "")
+    return [
+        f"for start in range({lo}, {hi}, BLOCK_R):",
+        *_ind(_col_load(hi, ev) + _pro(plan, "x", "mask", "c") + _FIX_COLS, 4),
         "    y = "
         + ("x - m[None, :] - tl.log(d)[None, :]" if plan.log else "tl.exp(x - m[None, :]) / d[None, :]"),
         *_ind(epi, 4),
         f"    tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
     ]
+
+
+def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
+    """Reduction over the middle dim of (outer, R, inner): tiles of [BLOCK_R, BLOCK_I] columns."""
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    L = [*_COL_HEAD, *_col_stats(plan, "0", "R", ev), *_col_write(plan, "0", "R", ev)]
     sig = f"x_ptr, {_aux_ptrs(plan)}out_ptr, R, inner{sargs}, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr"
     return jit_source(name, sig, L)
+
+
+def _col_split_kernels(plan: SmPlan, ev: str) -> list[str]:
+    """The column reduction with the reduced dim split in chunks too, for grids of few column
+    tiles (a short outer and a narrow inner: softmax over dim 0 of (4096, 8192) has 64 tiles of
+    128 columns for 132 SMs). The first kernel writes each chunk's max and rescaled sum to
+    ws[0 | 1, chunk, column]; the second combines a column's chunks and writes its own chunk."""
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    chunk = [
+        "s = tl.program_id(1)",
+        "lo = s * chunk",
+        "hi = tl.minimum(lo + chunk, R)",
+        "col = o * inner + ci",
+    ]
+    part = [
+        *_COL_HEAD,
+        *chunk,
+        *_col_stats(plan, "lo", "hi", ev),
+        "w = s.to(tl.int64) * total + col",
+        "tl.store(ws_ptr + w, m, mask=cmask)",
+        "tl.store(ws_ptr + n_split * total + w, d, mask=cmask)",
+    ]
+    combine = [
+        *_COL_HEAD,
+        *chunk,
+        "sj = tl.arange(0, BLOCK_S)",
+        "wmask = (sj < n_split)[:, None] & cmask[None, :]",
+        "w = sj.to(tl.int64)[:, None] * total + col[None, :]",
+        "pm = tl.load(ws_ptr + w, mask=wmask, other=-float('inf'))",
+        "pm = tl.where(cmask[None, :], pm, 0.0)",
+        "pd = tl.load(ws_ptr + n_split * total + w, mask=wmask, other=0.0)",
+        "m = tl.max(pm, 0)",
+        "d = tl.sum(pd * tl.exp(pm - m[None, :]), 0)",
+        *_col_write(plan, "lo", "hi", ev),
+    ]
+    common = "R, inner, chunk, n_split, total"
+    consts = "BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr"
+    return [
+        jit_source("sm_col_part_kernel", f"x_ptr, {_aux_ptrs(plan)}ws_ptr, {common}{sargs}, {consts}", part),
+        jit_source(
+            "sm_col_split_kernel",
+            f"x_ptr, {_aux_ptrs(plan)}out_ptr, ws_ptr, {common}{sargs}, {consts}, BLOCK_S: tl.constexpr",
+            combine,
+        ),
+    ]
 
 
 def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[str, Any]) -> str:
     algo = params["algorithm"]
     ev = f', eviction_policy="{params["EVICT"]}"' if params.get("EVICT") else ""
     warps = int(params["num_warps"])
-    kernels = [ewops.HELPERS, _col_kernel(plan, "sm_col_kernel", ev)]
+    kernels = [ewops.HELPERS, _col_kernel(plan, "sm_col_kernel", ev), *_col_split_kernels(plan, ev)]
     if algo == "whole-row":
         kernels.append(_whole_row_kernel(plan, "sm_whole_row_kernel", ev))
         kernels.append(_row_kernel(plan, "online", "sm_row_kernel", ev))
@@ -368,8 +434,24 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         "    if inner > 1:",
         "        block_i = min(128, triton.next_power_of_2(inner))",
         "        block_r = max(1, min(64, 4096 // block_i))",
-        "        grid = (outer * triton.cdiv(inner, block_i),)",
-        f"        sm_col_kernel[grid](x{aargs}, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
+        "        n_cols = outer * triton.cdiv(inner, block_i)",
+        # Few column tiles for the GPU's SMs: the reduced dim is split in chunks as well (at
+        # least four row blocks each), partial statistics combined by the writing kernel.
+        "        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4",
+        "        split = 1",
+        "        if n_cols < 2 * sms:",
+        "            split = max(1, min(triton.cdiv(4 * sms, n_cols), R // (4 * block_r)))",
+        "        if split > 1:",
+        "            chunk = triton.cdiv(triton.cdiv(R, split), block_r) * block_r",
+        "            split = triton.cdiv(R, chunk)",
+        "            ws = torch.empty((2 * split * outer * inner,), device=x.device, dtype=torch.float32)",
+        "            args = (R, inner, chunk, split, outer * inner)",
+        f"            sm_col_part_kernel[(n_cols, split)](x{aargs}, ws, *args{scall}, BLOCK_R=block_r, "
+        "BLOCK_I=block_i, num_warps=4)",
+        f"            sm_col_split_kernel[(n_cols, split)](x{aargs}, out, ws, *args{scall}, BLOCK_R=block_r, "
+        "BLOCK_I=block_i, BLOCK_S=triton.next_power_of_2(split), num_warps=4)",
+        "            return out",
+        f"        sm_col_kernel[(n_cols,)](x{aargs}, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
         "        return out",
     ]
     if algo == "whole-row":
