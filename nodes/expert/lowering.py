@@ -25,6 +25,7 @@ from .graphview import GraphView, Unsupported
 from .hostgraph import GRAPH_REPLAY, HOST_PARAM, with_graph_replay
 from .hostops import host_expr
 from .partition import NO_MATCH, Group, Partition, allowed_algorithms, match_group, partition, value_var
+from .simplify import simplify
 
 PARTITION = "partition"
 
@@ -285,7 +286,7 @@ def lower(desc: TaskDescription, policy: str = "mixed") -> Lowering:
 
 
 def _lower(desc: TaskDescription, policy: str) -> Lowering:
-    view = GraphView.of(decompose(desc))
+    view = GraphView.of(simplify(decompose(desc)))
     whole, misses = _whole(view, policy)
     if whole is not None:
         return whole

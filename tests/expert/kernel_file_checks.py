@@ -171,6 +171,29 @@ def check_pad() -> None:
             close(got, want, 0.0)
     y = torch.randn(2, 2, 3, 4, 5, 6)  # more than 5 dims: the leading ones merge
     close(pad.launch_pad(y, [1, 1, 2, 0], "constant", 3.0), F.pad(y, [1, 1, 2, 0], value=3.0), 0.0)
+    # a channels-last input (a permuted contiguous tensor, as a network's NHWC activations are)
+    # is padded in its memory order and stays channels-last, as PyTorch's pads keep it
+    for t, fmt, pads in (
+        (
+            torch.randn(2, 6, 5, 4).permute(0, 3, 1, 2),
+            torch.channels_last,
+            (([1, 1, 1, 1], "reflect"), ([2, 0, 1, 3], "replicate"), ([1, 2, 0, 1], "constant")),
+        ),
+        (
+            torch.randn(2, 3, 4, 5, 3).permute(0, 4, 1, 2, 3),
+            torch.channels_last_3d,
+            (([1, 1, 1, 2, 2, 1], "reflect"), ([2, 0, 1, 0, 1, 1], "replicate"), ([1, 2], "constant")),
+        ),
+    ):
+        for p, mode in pads:
+            got = pad.launch_pad(t, p, mode, 0.5 if mode == "constant" else 0.0)
+            want = F.pad(t, p, mode=mode, value=0.5) if mode == "constant" else F.pad(t, p, mode=mode)
+            assert got.shape == want.shape and got.is_contiguous(memory_format=fmt), (got.shape, got.stride())
+            close(got, want, 0.0)
+    # the channel dim padded too (the permuted view's last dim)
+    t = torch.randn(2, 6, 5, 4).permute(0, 3, 1, 2)
+    p = [1, 0, 0, 2, 1, 1]
+    close(pad.launch_pad(t, p, "constant", 0.0), F.pad(t, p), 0.0)
 
 
 def check_layout() -> None:

@@ -1,7 +1,9 @@
 """Padding (F.pad, nn.ZeroPad/ConstantPad/ReflectionPad/ReplicationPad/CircularPad): one gather
 pass over the output. Each output element reads the input element its index maps to (shifted by
 the left pad; reflected, clamped or wrapped for the other modes), or the fill value outside the
-input in constant mode. Negative pads crop. Any input strides; the output is contiguous."""
+input in constant mode. Negative pads crop. Any input strides; the output is contiguous, or, for
+an input dense in another dim order (channels-last), laid out in that order as PyTorch's own pads
+do, so that the gather streams both tensors and a channels-last consumer needs no copy."""
 
 import torch
 import triton
@@ -55,6 +57,14 @@ def pad_kernel(
     tl.store(out_ptr + offs, tl.where(inside, v, fill), mask=mask)
 
 
+def _memory_order(x):
+    """The dim order in which `x` is dense when that is not its own (a channels-last view), else None."""
+    if x.is_contiguous():
+        return None
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    return order if x.permute(order).is_contiguous() else None
+
+
 def launch_pad(x, pad, mode="constant", value=0.0):
     pad = [int(p) for p in pad]
     k = len(pad) // 2
@@ -63,6 +73,18 @@ def launch_pad(x, pad, mode="constant", value=0.0):
     modes = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
     if mode not in modes:
         raise ValueError(f"pad mode {mode!r}")
+    order = _memory_order(x)
+    if order is not None:
+        # pad the dense permuted view (its borders per dim moved along) and view the result back
+        border = [(0, 0)] * x.dim()
+        for i in range(k):
+            border[x.dim() - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+        moved = [border[d] for d in order]
+        while moved and moved[0] == (0, 0):
+            moved.pop(0)
+        inner = [p for lr in reversed(moved) for p in lr]
+        out = launch_pad(x.permute(order), inner, mode, value)
+        return out.permute([order.index(d) for d in range(x.dim())])
     shape, strides = list(x.shape), list(x.stride())
     left = [0] * x.dim()
     out_shape = list(shape)
