@@ -395,11 +395,12 @@ def share_channels_last(forward_text: str, defs: dict[str, _Def]) -> str:
     operand (a residual add after the block's last conv), `_epi_mode_cl` copied it into the
     layout again (PyTorch's copy: 0.038 ms of a ResNet basic block's 0.231 on the H100). Here the
     first copy is bound once, `x_cl = to_channels_last(x)`, and both read it: the same values in
-    the same layout, one pass less. Only names forward never rebinds (its arguments) and conv
-    calls in plain top-level statements are shared; anything else is left as written."""
+    the same layout, one pass less. So are two convs of the same input (an Inception block's
+    branches). Only names forward never rebinds (its arguments) and conv calls in plain
+    top-level statements are shared; anything else is left as written."""
     conv = {n for n in defs if n == "to_channels_last" or n.endswith("_to_channels_last")}
     launchers = {n: pos for n, d in defs.items() if (pos := _epi_cl_params(d.text))}
-    if not conv or not launchers:
+    if not conv:
         return forward_text
     tree = ast.parse(forward_text)
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -434,8 +435,8 @@ def share_channels_last(forward_text: str, defs: dict[str, _Def]) -> str:
             for i, a in enumerate(c.args)
             if i in launchers[c.func.id] and isinstance(a, ast.Name) and a.id == x and a.lineno > first.lineno
         ]
-        if not uses:
-            continue
+        if not uses and len(sites) < 2:
+            continue  # one conversion read by nothing else: nothing to share
         name, k = f"{x}_cl", 1
         while name in taken:
             k += 1

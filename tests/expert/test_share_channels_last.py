@@ -42,6 +42,14 @@ def test_the_residual_reads_the_convs_channels_last_copy() -> None:
     )
 
 
+def test_two_convs_of_one_input_read_one_copy() -> None:
+    # an Inception block: two branches convolve the same input
+    fwd = "a = conv(g0_to_channels_last(x), w1)\nb = conv(g0_to_channels_last(x), w2)\nreturn a + b"
+    assert share_channels_last(fwd, DEFS) == (
+        "x_cl = g0_to_channels_last(x)\na = conv(x_cl, w1)\nb = conv(x_cl, w2)\nreturn a + b"
+    )
+
+
 @pytest.mark.parametrize(
     "fwd",
     [
