@@ -149,6 +149,36 @@ def test_gpu_lock_lets_a_waiting_timer_go_before_later_checks(tmp_path, monkeypa
     assert events == ["first check done", "timing", "timing done", "late check"]
 
 
+def test_gpu_lock_runs_queued_timers_back_to_back_before_any_waiting_check(tmp_path, monkeypatch):
+    """Timers that queue while one waits for a check's step all time before the next check
+    starts: one drain of the GPU's shared steps per batch of timings (tools/worker/gpulock.py;
+    evals/h200/locksim.py replays a suite run's trace against it)."""
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    events: list[str] = []
+
+    def timer(name: str) -> None:
+        with gpu_lock(exclusive=True):
+            events.append(name)
+            time.sleep(0.1)
+
+    def check(name: str) -> None:
+        with gpu_lock(exclusive=False):
+            events.append(name)
+
+    threads = []
+    with gpu_lock(exclusive=False):
+        for target, name in ((timer, "timer 1"), (check, "check 2"), (timer, "timer 2"), (check, "check 3")):
+            threads.append(threading.Thread(target=target, args=(name,)))
+            threads[-1].start()
+            time.sleep(0.2)
+        events.append("check 1 done")
+    for t in threads:
+        t.join(5)
+    assert events[0] == "check 1 done"
+    assert set(events[1:3]) == {"timer 1", "timer 2"}, events
+    assert set(events[3:]) == {"check 2", "check 3"}, events
+
+
 def test_gpu_lock_is_reentrant_per_thread_so_steps_nest_inside_jobs(tmp_path, monkeypatch):
     """A step taking the shared lock inside a job that already holds it must not queue behind a
     waiting timer (that would deadlock: the timer waits for the job's outer hold)."""
@@ -162,7 +192,7 @@ def test_gpu_lock_is_reentrant_per_thread_so_steps_nest_inside_jobs(tmp_path, mo
     with gpu_lock(exclusive=False):
         t = threading.Thread(target=timer)
         t.start()
-        time.sleep(0.3)  # the timer holds the turnstile now
+        time.sleep(0.3)  # the timer waits among the writers now
         with gpu_lock(exclusive=False):  # nested: a no-op, returns at once
             events.append("inner step")
         events.append("job done")

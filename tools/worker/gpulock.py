@@ -8,9 +8,13 @@ each reader, not for whole compile + check jobs, and CPU-only work (imports, the
 compile, static rules) never holds the GPU. A file lock (not a lock in the agent process)
 also covers several `egg` processes sharing one GPU.
 
-Writers go first: a worker waiting to time holds the turnstile file (`<lock>.turn`)
-exclusively, and readers pass through the turnstile before they take the lock, so a steady
-stream of compile/check jobs from other tasks cannot starve the timing of one.
+Writers go first, and together: a worker waiting to time, or timing, holds the writers' file
+(`<lock>.writers`) shared, and a reader takes that file exclusively before it takes the lock, so
+no GPU step starts while any timer waits. Timers that queue while one drains the readers' steps
+then run one after another, and the readers waiting meanwhile start together after the last:
+one drain per batch of timings, not one per timing. Replayed against the H200 suite run's trace
+of 2026-12-06 (`python -m evals.h200.locksim`), the old turnstile let a reader in between two
+timers and drained the GPU before nearly every timing (54% of that run's wall time).
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ def waiting(kind: str) -> Iterator[None]:
 
 # Whether this thread holds the lock: an inner gpu_lock() while it does is a no-op, so a step
 # that takes the shared lock for its own GPU work can also run inside a job holding it (a nested
-# acquire would deadlock against a writer waiting in the turnstile).
+# acquire would deadlock against a writer waiting among the writers).
 _HELD = threading.local()
 
 
@@ -123,16 +127,22 @@ def gpu_lock(exclusive: bool, step: str | None = None) -> Iterator[None]:
         yield
         return
     mode = "exclusive" if exclusive else "shared"
-    turn = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600)
+    writers = os.open(path + ".writers", os.O_RDWR | os.O_CREAT, 0o600)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     asked = time.time()
     try:
         with waiting(mode):
-            fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            finally:
-                fcntl.flock(turn, fcntl.LOCK_UN)
+            if exclusive:
+                # counted among the writers until released: readers wait for every writer
+                fcntl.flock(writers, fcntl.LOCK_SH)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                # no writer waits or holds the lock; no writer can take it before this hold
+                fcntl.flock(writers, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                finally:
+                    fcntl.flock(writers, fcntl.LOCK_UN)
         _HELD.mode = mode
         got = time.time()
         try:
@@ -143,4 +153,4 @@ def gpu_lock(exclusive: bool, step: str | None = None) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-        os.close(turn)
+        os.close(writers)  # a writer's shared hold of it ends here, after the lock's
