@@ -71,3 +71,41 @@ def test_few_column_tiles_split_the_reduced_dim(runs):
         assert comp.get("ok"), f"{name}: {comp.get('error')}"
         launched = [k["kernel"] for k in comp["kernels"]]
         assert launched == KERNELS[CASES[name][2]], f"{name}: {launched}"
+
+
+def test_tuning_variants_change_the_column_launch(runs):
+    """The tiling and memory variants of column-online change its column tile and its column
+    kernels' warps (they used to sweep the row kernel's BLOCK_N and warps, which never run for a
+    middle dim: 8 of 9 variants timed the same kernel), and they still match the reference."""
+    from expert_helpers import stage
+    from fakes import best_from_reply
+
+    from nodes.expert import ExpertCode
+
+    code = ExpertCode()
+    name, seed, _, _ = runs[0]
+    desc = describe_many([CASES[name][:2]])[0]
+    best = best_from_reply(seed)
+    variants = {
+        st: [
+            code.write(request(desc, mode="tune", stage=stage(st), best=best, seed_index=i, n_seeds=6))
+            for i in range(3)
+        ]
+        for st in ("tiling", "memory")
+    }
+    changed = [r.params for rs in variants.values() for r in rs]
+    assert [p.get("BLOCK_I") for p in changed[:3]] == [64, 256, 32]
+    memory = {(p["num_warps"], p.get("EVICT", "")) for p in changed[3:]}
+    assert memory == {(8, ""), (2, ""), (4, "evict_first")}, memory
+    launches = {
+        ln.strip()
+        for rs in variants.values()
+        for r in rs
+        for ln in r.source.splitlines()
+        if "block_i = min(" in ln
+    }
+    assert len(launches) == 4, launches  # three tiles and the default
+    src, sizes, _ = CASES[name]
+    jobs = check_jobs(src, sizes, [variants["tiling"][2], *variants["memory"]], trials=2)
+    for res in run_jobs(jobs, interpret=True):
+        assert res.get("ok"), res.get("error")

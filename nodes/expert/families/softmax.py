@@ -108,6 +108,10 @@ def defaults(plan: SmPlan, algorithm: str) -> dict[str, Any]:
         # 0 = chosen at run time from the actual row length (the captured sizes may be the
         # shrunk CPU ones): several short rows per program, warps scaled with the tile.
         return {"ROWS": 0, "num_warps": 0}
+    if algorithm == "column-online":
+        # BLOCK_I columns per program (a cap: narrower tensors take their power of two), warps of
+        # the column kernels; BLOCK_N sizes only the row kernel kept for a last dim at run time
+        return {"ROWS": 1, "BLOCK_N": 4096, "BLOCK_I": 128, "num_warps": 4}
     return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8}
 
 
@@ -116,6 +120,11 @@ def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
         return "ROWS applies to the whole-row algorithm only"
     if params["algorithm"] != "whole-row" and params.get("num_warps") == 0:
         return "automatic warps apply to the whole-row algorithm only"
+    if "BLOCK_I" in params and params["algorithm"] != "column-online":
+        return "BLOCK_I applies to the column-online algorithm only"
+    bi = params.get("BLOCK_I", 128)
+    if not isinstance(bi, int) or bi < 16 or bi & (bi - 1):
+        return "BLOCK_I must be a power of two >= 16"
     return None
 
 
@@ -123,6 +132,15 @@ def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
     sp = dict(sp)
     if params["algorithm"] == "whole-row":
         sp.pop("BLOCK_N", None)  # the row length fixes the block
+    elif params["algorithm"] == "column-online":
+        # the row kernel's BLOCK_N never runs for a middle dim: the column tile and the column
+        # kernels' warps are what change the launch
+        sp.pop("ROWS", None)
+        sp.pop("BLOCK_N", None)
+        if stage == "tiling":
+            sp["BLOCK_I"] = [64, 256, 32]
+        if stage == "memory":
+            sp["num_warps"] = [8, 2]
     else:
         sp.pop("ROWS", None)
     return sp
@@ -397,6 +415,9 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
     algo = params["algorithm"]
     ev = f', eviction_policy="{params["EVICT"]}"' if params.get("EVICT") else ""
     warps = int(params["num_warps"])
+    # the column kernels' warps: the tuned ones for column-online, 4 when a row algorithm's file
+    # meets a middle dim at run time
+    col_warps = warps if algo == "column-online" else 4
     kernels = [ewops.HELPERS, _col_kernel(plan, "sm_col_kernel", ev), *_col_split_kernels(plan, ev)]
     if algo == "whole-row":
         kernels.append(_whole_row_kernel(plan, "sm_whole_row_kernel", ev))
@@ -432,7 +453,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         "        inner *= s",
         "    outer = x.numel() // (R * inner)",
         "    if inner > 1:",
-        "        block_i = min(128, triton.next_power_of_2(inner))",
+        f"        block_i = min({int(params.get('BLOCK_I', 128))}, triton.next_power_of_2(inner))",
         "        block_r = max(1, min(64, 4096 // block_i))",
         "        n_cols = outer * triton.cdiv(inner, block_i)",
         # Few column tiles for the GPU's SMs: the reduced dim is split in chunks as well (at
@@ -447,11 +468,12 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         "            ws = torch.empty((2 * split * outer * inner,), device=x.device, dtype=torch.float32)",
         "            args = (R, inner, chunk, split, outer * inner)",
         f"            sm_col_part_kernel[(n_cols, split)](x{aargs}, ws, *args{scall}, BLOCK_R=block_r, "
-        "BLOCK_I=block_i, num_warps=4)",
+        f"BLOCK_I=block_i, num_warps={col_warps})",
         f"            sm_col_split_kernel[(n_cols, split)](x{aargs}, out, ws, *args{scall}, BLOCK_R=block_r, "
-        "BLOCK_I=block_i, BLOCK_S=triton.next_power_of_2(split), num_warps=4)",
+        f"BLOCK_I=block_i, BLOCK_S=triton.next_power_of_2(split), num_warps={col_warps})",
         "            return out",
-        f"        sm_col_kernel[(n_cols,)](x{aargs}, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, num_warps=4)",
+        f"        sm_col_kernel[(n_cols,)](x{aargs}, out, R, inner{scall}, BLOCK_R=block_r, BLOCK_I=block_i, "
+        f"num_warps={col_warps})",
         "        return out",
     ]
     if algo == "whole-row":
