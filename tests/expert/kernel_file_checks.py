@@ -33,6 +33,8 @@ rnn = load("rnn")
 random = load("random")
 pad = load("pad")
 layout = load("layout")
+# a candidate pastes the files' functions together: layout's host helpers are the others' too
+pad._memory_order = cat._memory_order = layout._memory_order
 
 
 @triton.jit
@@ -110,6 +112,18 @@ def check_cat() -> None:
     close(
         cat.launch_cat([a.transpose(0, 2), a.transpose(0, 2)], 0), torch.cat([a.transpose(0, 2)] * 2, 0), 0.0
     )
+    # channels-last branches (a Fire module's expand convs): joined in their own layout, which
+    # the output keeps; with an input of another layout, everything goes contiguous as before
+    cl = [torch.randn(2, 5, 4, c).permute(0, 3, 1, 2) for c in (3, 6, 1)]
+    got = cat.launch_cat(cl, 1)
+    close(got, torch.cat(cl, 1), 0.0)
+    assert got.is_contiguous(memory_format=torch.channels_last), got.stride()
+    mixed = [cl[0], cl[1].contiguous()]
+    got = cat.launch_cat(mixed, 1)
+    close(got, torch.cat(mixed, 1), 0.0)
+    assert got.is_contiguous()
+    same = [cl[0], cl[0]]
+    close(cat.launch_cat(same, 2), torch.cat(same, 2), 0.0)  # along H, still channels-last
 
 
 def check_tri() -> None:

@@ -13,7 +13,7 @@ from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
 from ..kernelfiles import kernel_source
 
 KERNELS = kernel_source("cat.py", "cat_copy_kernel")
-LAUNCH = kernel_source("cat.py", "launch_cat")
+LAUNCH = kernel_source("layout.py", "_memory_order") + "\n\n" + kernel_source("cat.py", "launch_cat")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from ..graphview import GraphView, Unsupported, arg_value, assemble, flit, is_no
 from ..kernelfiles import kernel_source
 
 KERNELS = kernel_source("pad.py", "_pad_src", "pad_kernel")
-LAUNCH = kernel_source("pad.py", "_memory_order", "launch_pad")
+LAUNCH = kernel_source("layout.py", "_memory_order") + "\n\n" + kernel_source("pad.py", "launch_pad")
 
 # nn module op names (snake case of the class) -> mode
 _MODULES = {

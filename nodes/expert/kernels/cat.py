@@ -1,5 +1,8 @@
 """Concatenation (torch.cat / torch.stack) as copies: each input is one contiguous block per
-outer index, written at its offset inside the output's rows."""
+outer index, written at its offset inside the output's rows. Inputs all dense in another dim
+order (channels-last branches of a network) are joined in that order, and the output keeps it:
+no input is copied into the contiguous layout first (a Fire module's two 2 GiB channels-last
+branches were each copied once more than the join itself needs)."""
 
 import torch
 import triton
@@ -17,8 +20,12 @@ def cat_copy_kernel(src_ptr, dst_ptr, n, src_row, dst_row, offset, BLOCK: tl.con
 
 
 def launch_cat(xs, dim):
-    xs = [x.contiguous() for x in xs]
     d = dim % xs[0].dim()
+    order = _memory_order(xs[0])  # noqa: F821 (layout.py's, pasted beside it in a candidate)
+    if order is not None and all(x.dim() == len(order) and x.permute(order).is_contiguous() for x in xs):
+        out = launch_cat([x.permute(order) for x in xs], order.index(d))
+        return out.permute([order.index(i) for i in range(len(order))])
+    xs = [x.contiguous() for x in xs]
     shape = list(xs[0].shape)
     shape[d] = sum(x.shape[d] for x in xs)
     out = torch.empty(shape, device=xs[0].device, dtype=xs[0].dtype)

@@ -25,6 +25,16 @@ def nchw_to_nhwc_kernel(x_ptr, out_ptr, CX, C, P, BP: tl.constexpr, BC: tl.const
     tl.store(out_ptr + n * C * P + pp[:, None].to(tl.int64) * C + cc[None, :], v, mask=m)
 
 
+def _memory_order(x):
+    """The dim order in which `x` is dense when that is not its own (a channels-last view), else
+    None: a launcher can work on x.permute(order), a contiguous view, and permute its result
+    back, keeping x's layout without a copy."""
+    if x.is_contiguous():
+        return None
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    return order if x.permute(order).is_contiguous() else None
+
+
 def _layout_tiles(x):
     """(C, P, pixels per tile, channels per tile, grid) of a layout change of a non-empty x."""
     N, C = x.shape[0], x.shape[1]

