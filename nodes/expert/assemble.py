@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 import symtable
+from collections import Counter
 from dataclasses import dataclass, field
 
 from graph.records import TaskDescription
@@ -396,42 +397,63 @@ def share_channels_last(forward_text: str, defs: dict[str, _Def]) -> str:
     layout again (PyTorch's copy: 0.038 ms of a ResNet basic block's 0.231 on the H100). Here the
     first copy is bound once, `x_cl = to_channels_last(x)`, and both read it: the same values in
     the same layout, one pass less. So are two convs of the same input (an Inception block's
-    branches). Only names forward never rebinds (its arguments) and conv calls in plain
-    top-level statements are shared; anything else is left as written."""
+    branches), also padded to the same channel count (a Fire module's expand convs of its
+    6-channel squeeze output, padded to 8: two 268 MB copies a call at KernelBench's size). Only
+    names forward never rebinds (its arguments) or binds once in a plain top-level assignment
+    before the conversions (a group's output), and conv calls in plain top-level statements,
+    are shared; anything else is left as written."""
     conv = {n for n in defs if n == "to_channels_last" or n.endswith("_to_channels_last")}
     launchers = {n: pos for n, d in defs.items() if (pos := _epi_cl_params(d.text))}
     if not conv:
         return forward_text
     tree = ast.parse(forward_text)
-    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    stores = Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    # a name bound once, by a plain top-level assignment (a group's output): converted after it,
+    # every conversion reads the same tensor
+    once = {
+        stmt.targets[0].id: stmt.end_lineno or stmt.lineno
+        for stmt in tree.body
+        if isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stores[stmt.targets[0].id] == 1
+    }
     taken = names_in(forward_text)
     lines = forward_text.split("\n")
     edits: list[tuple[int, int, int, str]] = []  # (line index, start col, end col, text)
     inserts: list[tuple[int, str]] = []
-    # each plain name's unpadded conversions, with the top-level statement holding each
-    sites_of: dict[str, list[tuple[ast.stmt, ast.Call]]] = {}
+    # each (name, constant channel padding) conversion, with the top-level statement holding it
+    sites_of: dict[tuple[str, tuple[str, ...]], list[tuple[ast.stmt, ast.Call]]] = {}
     for stmt in tree.body:
         for c in ast.walk(stmt):
             if (
                 isinstance(c, ast.Call)
                 and isinstance(c.func, ast.Name)
                 and c.func.id in conv
-                and len(c.args) == 1
+                and c.args
                 and not c.keywords
                 and isinstance(c.args[0], ast.Name)
-                and c.args[0].id not in stored
+                and all(isinstance(a, ast.Constant) for a in c.args[1:])
             ):
-                sites_of.setdefault(c.args[0].id, []).append((stmt, c))
+                x = c.args[0].id
+                if stores[x] and not (x in once and stmt.lineno > once[x]):
+                    continue
+                extra = tuple(ast.unparse(a) for a in c.args[1:])
+                sites_of.setdefault((x, extra), []).append((stmt, c))
     compound = ast.If | ast.For | ast.While | ast.With | ast.Try
-    for x, found in sorted(sites_of.items()):
+    for (x, extra), found in sorted(sites_of.items()):
         if any(isinstance(stmt, compound) for stmt, _ in found):
             continue  # converted only under a branch or a loop: binding it first adds a pass
         first = found[0][0]
         sites = [c for _, c in found]
+        # a padded copy has more channels than x: only another conversion can read it
         uses = [
             a
             for c in ast.walk(tree)
-            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in launchers
+            if not extra
+            and isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Name)
+            and c.func.id in launchers
             for i, a in enumerate(c.args)
             if i in launchers[c.func.id] and isinstance(a, ast.Name) and a.id == x and a.lineno > first.lineno
         ]
@@ -443,7 +465,7 @@ def share_channels_last(forward_text: str, defs: dict[str, _Def]) -> str:
             name = f"{x}_cl{k}"
         taken.add(name)
         conv_name = sites[0].func.id  # type: ignore[attr-defined]
-        inserts.append((first.lineno - 1, f"{name} = {conv_name}({x})"))
+        inserts.append((first.lineno - 1, f"{name} = {conv_name}({', '.join((x, *extra))})"))
         for node in [*sites, *uses]:
             if node.lineno != node.end_lineno:
                 return forward_text

@@ -50,6 +50,37 @@ def test_two_convs_of_one_input_read_one_copy() -> None:
     )
 
 
+def test_a_group_output_converted_twice_with_the_same_padding_is_converted_once() -> None:
+    # a Fire module: both expand convs read the squeeze output padded from 6 to 8 channels
+    fwd = (
+        "s = g2_launch_plain(conv(g0_to_channels_last(x, 4), w0), b0)\n"
+        "a = conv(g0_to_channels_last(s, 8), w1)\n"
+        "b = conv(g0_to_channels_last(s, 8), w3)\n"
+        "return g1_launch_apply(a, 0, s, s)"
+    )
+    assert share_channels_last(fwd, DEFS) == (
+        "s = g2_launch_plain(conv(g0_to_channels_last(x, 4), w0), b0)\n"
+        "s_cl = g0_to_channels_last(s, 8)\n"
+        "a = conv(s_cl, w1)\n"
+        "b = conv(s_cl, w3)\n"
+        # the padded copy has more channels than s: the launcher still reads s
+        "return g1_launch_apply(a, 0, s, s)"
+    )
+
+
+@pytest.mark.parametrize(
+    "fwd",
+    [
+        # a name bound twice: the two conversions may read different tensors
+        "s = f(x)\na = conv(g0_to_channels_last(s), w1)\ns = f(a)\nb = conv(g0_to_channels_last(s), w3)\nreturn b",
+        # different paddings: different tensors
+        "s = f(x)\na = conv(g0_to_channels_last(s, 4), w1)\nb = conv(g0_to_channels_last(s, 8), w3)\nreturn a + b",
+    ],
+)
+def test_conversions_of_different_tensors_stay_apart(fwd: str) -> None:
+    assert share_channels_last(fwd, DEFS) == fwd
+
+
 @pytest.mark.parametrize(
     "fwd",
     [
