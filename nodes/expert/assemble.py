@@ -477,6 +477,133 @@ def share_channels_last(forward_text: str, defs: dict[str, _Def]) -> str:
     return "\n".join(lines)
 
 
+def _writes_into(text: str) -> bool:
+    """A launcher whose last parameter is `out=None`: given `out`, a tensor shaped like its first
+    argument, it writes its result there instead of into a new tensor (the conv tail)."""
+    try:
+        fn = ast.parse(text).body[0]
+    except (SyntaxError, IndexError):
+        return False
+    if not isinstance(fn, ast.FunctionDef) or not fn.args.args or not fn.args.defaults:
+        return False
+    last = fn.args.defaults[-1]
+    return fn.args.args[-1].arg == "out" and isinstance(last, ast.Constant) and last.value is None
+
+
+def _reads_until_rebound(body: list[ast.stmt], j: int, name: str) -> int:
+    """How many times statements j, j+1, ... read `name` before one binds it again."""
+    n = 0
+    for st in body[j:]:
+        found = [x for x in ast.walk(st) if isinstance(x, ast.Name) and x.id == name]
+        n += sum(isinstance(x.ctx, ast.Load) for x in found)
+        if any(isinstance(x.ctx, ast.Store) for x in found):
+            break
+    return n
+
+
+def cat_in_place(forward_text: str, defs: dict[str, _Def]) -> str:
+    """forward's lines with a concatenation of launcher outputs written in place.
+
+    `v = launch_cat([a, b], dim)`, where `a = tail(t_a, ...)` and `b = tail(t_b, ...)` are read
+    nowhere else and `tail` takes `out=` (_writes_into), becomes one buffer for the joined
+    result (`cat_buffer`, shaped from t_a and t_b) and the tails writing their ranges of it:
+    the branches of a Fire or Inception block are written once, never copied into the join
+    (KernelBench's Fire module: 4.3 GB read and written again per call). The tails move down to
+    the join, after the statements that made their inputs; an input name that a later statement
+    rebinds (every libconv group binds t_n0) is renamed apart first. Anything else is left as
+    written."""
+    writers = {n for n, d in defs.items() if _writes_into(d.text)}
+    buffers = {n: n[: -len("launch_cat")] + "cat_buffer" for n in defs if n.endswith("launch_cat")}
+    buffers = {n: b for n, b in buffers.items() if b in defs}
+    if not writers or not buffers:
+        return forward_text
+    tree = ast.parse(forward_text)
+    body = tree.body
+    lines = forward_text.split("\n")
+    text = [
+        "\n".join(lines[st.lineno - 1 : st.end_lineno]) for st in body
+    ]  # each top-level statement's own lines
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    stores = Counter(n.id for n in names if isinstance(n.ctx, ast.Store))
+    loads = Counter(n.id for n in names if isinstance(n.ctx, ast.Load))
+    taken = names_in(forward_text)
+
+    def assigned(st: ast.stmt) -> str | None:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            return st.targets[0].id
+        return None
+
+    def call_of(st: ast.stmt, funcs: set[str] | dict[str, str]) -> ast.Call | None:
+        v = st.value if isinstance(st, ast.Assign) else None
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in funcs and not v.keywords:
+            return v
+        return None
+
+    where = {assigned(st): i for i, st in enumerate(body) if assigned(st)}
+    moved: set[int] = set()
+    replace: dict[int, list[str]] = {}
+    for ci, st in enumerate(body):
+        cat = call_of(st, buffers)
+        out = assigned(st)
+        if cat is None or out is None or len(cat.args) != 2:
+            continue
+        items, dim = cat.args
+        if not isinstance(items, ast.List) or len(items.elts) < 2 or not isinstance(dim, ast.Constant):
+            continue
+        if not all(isinstance(e, ast.Name) for e in items.elts):
+            continue
+        plan: list[tuple[int, ast.Call, str]] = []
+        for e in items.elts:
+            j = where.get(e.id)  # type: ignore[attr-defined]
+            w = call_of(body[j], writers) if j is not None and j < ci else None
+            if j is None or w is None or stores[e.id] != 1 or loads[e.id] != 1 or j in moved:  # type: ignore[attr-defined]
+                break
+            if (
+                not w.args
+                or not isinstance(w.args[0], ast.Name)
+                or j == 0
+                or assigned(body[j - 1]) != w.args[0].id
+            ):
+                break  # the tail's input is made by the statement just before it
+            if _reads_until_rebound(body, j, w.args[0].id) != 1:
+                break  # and read by the tail alone
+            # what else the tail reads must mean the same at the join: names bound once before it
+            others = {n.id for a in w.args[1:] for n in ast.walk(a) if isinstance(n, ast.Name)}
+            if any(stores[n] and (stores[n] > 1 or where.get(n, ci) > j) for n in others):
+                break
+            plan.append((j, w, w.args[0].id))
+        else:
+            new: list[str] = []
+            inputs: list[str] = []
+            for j, _w, t in plan:
+                if stores[t] > 1:  # rebound later: this tail's input gets a name of its own
+                    k, name = 1, f"{t}_{out}"
+                    while name in taken:
+                        k += 1
+                        name = f"{t}_{out}{k}"
+                    taken.add(name)
+                    head = text[j - 1]
+                    text[j - 1] = re.sub(rf"^{re.escape(t)}(?=\s*=)", name, head, count=1)
+                    t = name
+                inputs.append(t)
+            d = dim.value
+            new.append(f"{out} = {buffers[cat.func.id]}([{', '.join(inputs)}], {d})")  # type: ignore[attr-defined]
+            for i, ((j, w, _), t) in enumerate(zip(plan, inputs, strict=True)):
+                offset = " + ".join(f"{u}.shape[{d}]" for u in inputs[:i]) or "0"
+                args = ", ".join([t, *(ast.unparse(a) for a in w.args[1:])])
+                new.append(f"{w.func.id}({args}, out={out}.narrow({d}, {offset}, {t}.shape[{d}]))")  # type: ignore[attr-defined]
+                moved.add(j)
+            replace[ci] = new
+    if not replace:
+        return forward_text
+    out_lines: list[str] = []
+    for i, seg in enumerate(text):
+        if i in moved:
+            continue
+        out_lines += replace.get(i, [seg])
+    return "\n".join(out_lines)
+
+
 def render(desc: TaskDescription, parts: list[Part], doc: str, tail: str = "") -> str:
     """One candidate file from `parts` (in forward order); `tail` ends forward when the last
     part binds a variable (e.g. `return v_out`)."""
@@ -489,7 +616,7 @@ def render(desc: TaskDescription, parts: list[Part], doc: str, tail: str = "") -
         body.append(_bind_return(fwd, p.binds) if p.binds else fwd.strip("\n"))
     if tail:
         body.append(tail)
-    forward_text = share_channels_last("\n".join(b for b in body if b), link.defs)
+    forward_text = cat_in_place(share_channels_last("\n".join(b for b in body if b), link.defs), link.defs)
     members = model_members(desc.source)
     args = forward_signature(desc.source)
     cls = (

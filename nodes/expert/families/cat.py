@@ -13,7 +13,10 @@ from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
 from ..kernelfiles import kernel_source
 
 KERNELS = kernel_source("cat.py", "cat_copy_kernel")
-LAUNCH = kernel_source("layout.py", "_memory_order") + "\n\n" + kernel_source("cat.py", "launch_cat")
+# cat_buffer: for producers that write their ranges of the output themselves (assemble.cat_in_place)
+LAUNCH = (
+    kernel_source("layout.py", "_memory_order") + "\n\n" + kernel_source("cat.py", "launch_cat", "cat_buffer")
+)
 
 
 @dataclass

@@ -388,7 +388,7 @@ def tile_leaf_loads(leaves: list[Leaf], env: dict[str, str]) -> list[str]:
 
 def _tail_kernel(plan: ConvPlan) -> str:
     leaves = plan.epilogue.tensor_leaves
-    sig = "t_ptr, cb_ptr, out_ptr, C, P, t_sn, t_sc, t_sp"
+    sig = "t_ptr, cb_ptr, out_ptr, C, P, t_sn, t_sc, t_sp, o_sn, o_sc, o_sp"
     for lf in leaves:
         P = f"l_{lf.name}"
         sig += f", {P}_ptr, {P}_sn, {P}_sc, {P}_sp"
@@ -430,7 +430,12 @@ def _tail_kernel(plan: ConvPlan) -> str:
         more, last = Chain(nodes=post).body(env)
         body += more
         last = last or "s_y"
-    L += [*body, f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=m)"]
+    # out has t's strides, or is a slice of a larger tensor (a channel range of a concatenation)
+    L += [
+        *body,
+        "o_offs = n * o_sn + pp[:, None] * o_sp + cc[None, :] * o_sc",
+        f"tl.store(out_ptr + o_offs, {last}.to(out_ptr.dtype.element_ty), mask=m)",
+    ]
     return jit_source("conv_tail_kernel", sig, L)
 
 
@@ -453,16 +458,23 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
     block, warps = int(params["BLOCK"]), int(params["num_warps"])
     rank = int(plan.op[-2]) + 2
     L = [
-        f"def launch_conv_tail({', '.join(['t', 'cb', *leaves, *scal])}):",
+        # out: where to write (t's shape; e.g. a channel range of a concatenation's output,
+        # assemble.cat_in_place), else a new tensor laid out like t
+        f"def launch_conv_tail({', '.join(['t', 'cb', *leaves, *scal])}, out=None):",
         f"    unbatched = t.dim() == {rank - 1}",
         "    if unbatched:",
         "        t = t.unsqueeze(0)",
+        "        out = None if out is None else out.unsqueeze(0)",
         "    if _ncp(t) is None:",
         "        t = t.contiguous()",
         "    t_sn, t_sc, t_sp = _ncp(t)",
         "    N, C = t.shape[0], t.shape[1]",
         "    P = t[0, 0].numel() if N * C else 0",
-        "    out = torch.empty_strided(t.shape, t.stride(), device=t.device, dtype=t.dtype)",
+        "    if out is None:",
+        "        out = torch.empty_strided(t.shape, t.stride(), device=t.device, dtype=t.dtype)",
+        "    elif out.shape != t.shape or out.dtype != t.dtype or _ncp(out) is None:",
+        "        raise ValueError(f'conv tail into {tuple(out.shape)} {out.dtype} for {tuple(t.shape)} {t.dtype}')",
+        "    o_sn, o_sc, o_sp = _ncp(out)",
         "    if out.numel() == 0:",
         "        return out.squeeze(0) if unbatched else out",
     ]
@@ -487,7 +499,7 @@ def _generate_tiled(desc: TaskDescription, plan: ConvPlan, params: dict[str, Any
             ]
         ),
         "    grid = (triton.cdiv(P, bp), triton.cdiv(C, bc), N)",
-        "    conv_tail_kernel[grid](t, t if cb is None else cb, out, C, P, t_sn, t_sc, t_sp"
+        "    conv_tail_kernel[grid](t, t if cb is None else cb, out, C, P, t_sn, t_sc, t_sp, o_sn, o_sc, o_sp"
         + leaf_args
         + ", BP=bp, BC=bc, HAS_CB=cb is not None"
         + leaf_modes

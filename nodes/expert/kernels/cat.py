@@ -44,3 +44,24 @@ def launch_cat(xs, dim):
             )
         offset += x.shape[d] * inner
     return out
+
+
+def cat_buffer(xs, dim):
+    """An empty tensor for the concatenation of tensors shaped like `xs` along `dim`, laid out
+    like the first (channels-last stays channels-last): producers of the inputs write their own
+    ranges of it (assemble.cat_in_place), so the join is never a copy."""
+    d = dim % xs[0].dim()
+    shape = list(xs[0].shape)
+    for x in xs[1:]:
+        if (
+            x.dim() != len(shape)
+            or list(x.shape[:d]) != shape[:d]
+            or list(x.shape[d + 1 :]) != shape[d + 1 :]
+        ):
+            raise ValueError(f"cat of {tuple(x.shape)} with {tuple(xs[0].shape)} along dim {d}")
+    shape[d] = sum(x.shape[d] for x in xs)
+    order = _memory_order(xs[0])  # noqa: F821 (layout.py's, pasted beside it in a candidate)
+    if order is None:
+        return torch.empty(shape, device=xs[0].device, dtype=xs[0].dtype)
+    out = torch.empty([shape[i] for i in order], device=xs[0].device, dtype=xs[0].dtype)
+    return out.permute([order.index(i) for i in range(len(order))])
