@@ -118,21 +118,7 @@ class GraphView:
         return name
 
     def refs(self, n: OpNode) -> list[str]:
-        out: list[str] = []
-
-        def walk(x: Any) -> None:
-            if isinstance(x, dict) and set(x) == {"node"}:
-                out.append(self.resolve(x["node"]))
-            elif isinstance(x, list):
-                for y in x:
-                    walk(y)
-            elif isinstance(x, dict):
-                for y in x.values():
-                    walk(y)
-
-        walk(n.args)
-        walk(n.kwargs)
-        return out
+        return [self.resolve(r) for r in node_refs(n)]
 
     def compute_nodes(self) -> list[OpNode]:
         """The live call_* nodes in topological order (passthroughs removed)."""
@@ -186,6 +172,25 @@ def numel(shape: list[int] | None) -> int:
 
 def is_node(x: Any) -> bool:
     return isinstance(x, dict) and set(x) == {"node"}
+
+
+def node_refs(n: OpNode) -> list[str]:
+    """The node names `n`'s args and kwargs read, in order (nested lists and dicts included)."""
+    out: list[str] = []
+
+    def walk(x: Any) -> None:
+        if is_node(x):
+            out.append(x["node"])
+        elif isinstance(x, list | tuple):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+
+    walk(n.args)
+    walk(n.kwargs)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,3 +40,17 @@ def jit_source(name: str, sig: str, lines: list[str]) -> str:
     """A generated `@triton.jit` function: `def name(sig):` over `lines`, each indented four
     spaces, ending in a newline."""
     return f"@triton.jit\ndef {name}({sig}):\n" + "\n".join("    " + x for x in lines) + "\n"
+
+
+# The first lines of a column kernel over the (outer, R, inner) view of a tensor reduced or
+# scanned along its middle dim: the outer index o and the BLOCK_I columns ci (mask cmask) a
+# program owns, BLOCK_R row offsets rr, and the outer slab's base offset.
+COLUMN_TILE_HEAD = [
+    "pid = tl.program_id(0)",
+    "n_cb = tl.cdiv(inner, BLOCK_I)",
+    "o = (pid // n_cb).to(tl.int64)",
+    "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
+    "cmask = ci < inner",
+    "rr = tl.arange(0, BLOCK_R)",
+    "base = o * R * inner",
+]

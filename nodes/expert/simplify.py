@@ -15,7 +15,7 @@ from typing import Any
 
 from graph.records import OpNode, TaskDescription
 
-from .graphview import arg_value, is_node
+from .graphview import arg_value, is_node, node_refs
 
 PAD_TARGETS = frozenset({"torch.nn.functional.pad", "torch._C._nn.pad"})
 
@@ -64,24 +64,6 @@ def _replace(x: Any, names: dict[str, str]) -> Any:
     return x
 
 
-def _refs(n: OpNode) -> set[str]:
-    out: set[str] = set()
-
-    def walk(x: Any) -> None:
-        if is_node(x):
-            out.add(x["node"])
-        elif isinstance(x, list | tuple):
-            for v in x:
-                walk(v)
-        elif isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-
-    walk(n.args)
-    walk(n.kwargs)
-    return out
-
-
 def simplify(desc: TaskDescription) -> TaskDescription:
     """`desc` with every crop of a pad's exact border read as the unpadded tensor (the same
     object when there is none)."""
@@ -108,5 +90,5 @@ def simplify(desc: TaskDescription) -> TaskDescription:
         if n.name not in names
     ]
     # a pad read by nothing else now is not made at all
-    dead = pads - set().union(*(_refs(n) for n in graph))
+    dead = pads - {r for n in graph for r in node_refs(n)}
     return desc.model_copy(update={"op_graph": [n for n in graph if n.name not in dead]})

@@ -24,7 +24,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
-from ..kernelfiles import jit_source, kernel_source
+from ..kernelfiles import COLUMN_TILE_HEAD, jit_source, kernel_source
 
 RED_OPS = {"sum", "mean", "max", "min", "amax", "amin", "prod", "argmax", "argmin", "logsumexp"}
 LOSS_OPS = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
@@ -444,13 +444,7 @@ def _col_kernel(plan: RedPlan) -> str:
     tens, scal = _leaf_sig(plan)
     op = plan.op
     L = [
-        "pid = tl.program_id(0)",
-        "n_cb = tl.cdiv(inner, BLOCK_I)",
-        "o = (pid // n_cb).to(tl.int64)",
-        "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
-        "cmask = ci < inner",
-        "rr = tl.arange(0, BLOCK_R)",
-        "base = o * R * inner",
+        *COLUMN_TILE_HEAD,
         # this program's run of the reduced dim (all of it unless the columns are split)
         "c = tl.program_id(1)",
         "r_lo = c * chunk",

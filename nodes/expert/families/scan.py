@@ -19,7 +19,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
-from ..kernelfiles import jit_source
+from ..kernelfiles import COLUMN_TILE_HEAD, jit_source
 
 SCAN_OPS = {"cumsum", "cumprod"}
 
@@ -187,13 +187,7 @@ def _kernel(plan: ScanPlan, ev: str) -> str:
         comb += " - v"  # exclusive: everything before the element (only for cumsum)
     upd = "carry = carry * tl.reduce(v, 0, _scan_mul)" if prod else "carry = carry + tl.sum(v, 0)"
     L = [
-        "pid = tl.program_id(0)",
-        "n_cb = tl.cdiv(inner, BLOCK_I)",
-        "o = (pid // n_cb).to(tl.int64)",
-        "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
-        "cmask = ci < inner",
-        "rr = tl.arange(0, BLOCK_R)",
-        "base = o * R * inner",
+        *COLUMN_TILE_HEAD,
         f"carry = tl.full([BLOCK_I], {ident}, tl.float32)",
         "for start in range(0, R, BLOCK_R):",
         f"    r = {ridx}",

@@ -19,7 +19,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
-from ..kernelfiles import jit_source
+from ..kernelfiles import COLUMN_TILE_HEAD, jit_source
 
 WHOLE_ROW_MAX = 16384  # beyond this a register-resident row spills; the launcher uses online
 
@@ -318,16 +318,6 @@ def _col_load(bound: str, ev: str) -> list[str]:
     ]
 
 
-# The (outer, column tile) a program of a column kernel owns.
-_COL_HEAD = [
-    "pid = tl.program_id(0)",
-    "n_cb = tl.cdiv(inner, BLOCK_I)",
-    "o = (pid // n_cb).to(tl.int64)",
-    "ci = (pid % n_cb) * BLOCK_I + tl.arange(0, BLOCK_I)",
-    "cmask = ci < inner",
-    "rr = tl.arange(0, BLOCK_R)",
-    "base = o * R * inner",
-]
 # Columns past `inner` hold 0 instead of -inf so their running max stays finite (no NaN).
 _FIX_COLS = ["x = tl.where(cmask[None, :], x, 0.0)"]
 
@@ -361,7 +351,7 @@ def _col_write(plan: SmPlan, lo: str, hi: str, ev: str) -> list[str]:
 def _col_kernel(plan: SmPlan, name: str, ev: str) -> str:
     """Reduction over the middle dim of (outer, R, inner): tiles of [BLOCK_R, BLOCK_I] columns."""
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
-    L = [*_COL_HEAD, *_col_stats(plan, "0", "R", ev), *_col_write(plan, "0", "R", ev)]
+    L = [*COLUMN_TILE_HEAD, *_col_stats(plan, "0", "R", ev), *_col_write(plan, "0", "R", ev)]
     sig = f"x_ptr, {_aux_ptrs(plan)}out_ptr, R, inner{sargs}, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr"
     return jit_source(name, sig, L)
 
@@ -379,7 +369,7 @@ def _col_split_kernels(plan: SmPlan, ev: str) -> list[str]:
         "col = o * inner + ci",
     ]
     part = [
-        *_COL_HEAD,
+        *COLUMN_TILE_HEAD,
         *chunk,
         *_col_stats(plan, "lo", "hi", ev),
         "w = s.to(tl.int64) * total + col",
@@ -387,7 +377,7 @@ def _col_split_kernels(plan: SmPlan, ev: str) -> list[str]:
         "tl.store(ws_ptr + n_split * total + w, d, mask=cmask)",
     ]
     combine = [
-        *_COL_HEAD,
+        *COLUMN_TILE_HEAD,
         *chunk,
         "sj = tl.arange(0, BLOCK_S)",
         "wmask = (sj < n_split)[:, None] & cmask[None, :]",
