@@ -250,3 +250,42 @@ def test_check_holds_the_gpu_lock_only_around_gpu_steps(tmp_path, monkeypatch):
     assert max(holds) < total / 2, (holds, total)
     # each names its step for the lock's trace (evals/h200/locktrace.py's per-step table)
     assert steps == ["compile.record", *["check.trial"] * 3, "check.scaled", "check.second_shape"]
+
+
+def _lock_worker(lock: str, log: str, seed: int, holds: int) -> None:
+    import random
+
+    os.environ[LOCK_ENV] = lock
+    rng = random.Random(seed)
+    for _ in range(holds):
+        exclusive = rng.random() < 0.3
+        with gpu_lock(exclusive=exclusive):
+            t0 = time.monotonic()
+            time.sleep(rng.uniform(0.002, 0.02))
+            t1 = time.monotonic()
+        with open(log, "a") as f:
+            f.write(f"{'x' if exclusive else 's'} {t0:.6f} {t1:.6f}\n")
+        time.sleep(rng.uniform(0.0, 0.01))
+
+
+def test_gpu_lock_under_many_processes_keeps_timings_alone_and_everyone_finishes(tmp_path):
+    """Eight worker processes mixing shared steps and exclusive timings: every hold is granted
+    (no process starves or deadlocks within the time limit) and no exclusive hold overlaps any
+    other hold."""
+    import multiprocessing as mp
+
+    lock, log = str(tmp_path / "gpu.lock"), str(tmp_path / "holds.log")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_lock_worker, args=(lock, log, i, 25)) for i in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    holds = [(m, float(a), float(b)) for m, a, b in (ln.split() for ln in Path(log).read_text().splitlines())]
+    assert len(holds) == 8 * 25
+    timings = [h for h in holds if h[0] == "x"]
+    assert timings
+    for m, a, b in timings:
+        overlapping = [h for h in holds if h != (m, a, b) and h[1] < b and a < h[2]]
+        assert not overlapping, ((m, a, b), overlapping[:3])
