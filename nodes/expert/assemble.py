@@ -519,6 +519,8 @@ def cat_in_place(forward_text: str, defs: dict[str, _Def]) -> str:
         return forward_text
     tree = ast.parse(forward_text)
     body = tree.body
+    if any(a.end_lineno is None or a.end_lineno >= b.lineno for a, b in zip(body, body[1:], strict=False)):
+        return forward_text  # statements sharing a line: not cut apart by lines here
     lines = forward_text.split("\n")
     text = [
         "\n".join(lines[st.lineno - 1 : st.end_lineno]) for st in body

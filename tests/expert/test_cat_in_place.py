@@ -55,6 +55,8 @@ def test_the_branches_tails_write_their_ranges_of_the_join() -> None:
         FIRE.replace("b1)", "c)")
         .replace("t_n0 = conv(s, w3)", "c = s + 1\nt_n0 = conv(s, w3)")
         .replace("s = g0", "c = x\ns = g0"),
+        # two statements on one line
+        FIRE.replace("\nt_n0 = conv(s, w3)\n", "; t_n0 = conv(s, w3)\n"),
         # the tail's input is not made just before it
         FIRE.replace("t_n0 = conv(s, w1)\n", "t_n0 = conv(s, w1)\nq = s * 2\n"),
     ],
