@@ -70,6 +70,8 @@ class PoolPlan:
     # change inside the library on either side), bias as in conv_call; None where the call does
     # not split or the conv is 1-d.
     conv_call_cl: str | None = None
+    # The output row's width as captured (the task's own sizes): which row-tile widths differ.
+    out_w: int | None = None
 
 
 def _tup(v: Any, nd: int, name: str) -> list[int]:
@@ -188,6 +190,7 @@ def match(view: GraphView) -> PoolPlan | None:
         geometry,
         conv_bias,
         conv_call_cl,
+        p.shape[-1] if p.shape else None,
     )
 
 
@@ -239,11 +242,32 @@ def valid(plan: PoolPlan, params: dict[str, Any]) -> str | None:
     return None
 
 
+def _tile_widths(plan: PoolPlan, current: int) -> list[int]:
+    """Row-tile widths to try: those the launcher does not cut to the same tile as `current`
+    (it takes min(BLOCK_W, the row's power of two, at least 32)): on 64-wide output rows the
+    widths 256, 1024 and 128 were all a 64-wide tile, three variants compiled and timed for one
+    kernel (evals audit of 2026-12-07)."""
+    if not plan.out_w:
+        return [256, 1024, 128, 64]
+
+    def tile(b: int) -> int:
+        return min(b, max(32, 1 << (int(plan.out_w) - 1).bit_length()))
+
+    seen, out = {tile(int(current))}, []
+    for b in (256, 1024, 128, 64):
+        if tile(b) not in seen:
+            seen.add(tile(b))
+            out.append(b)
+    return out
+
+
 def space(plan: PoolPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     if params["algorithm"].endswith(ROWS):
-        rows = [1] if plan.nd == 1 else ([8, 32, 4, 2] if _overlap(plan) else [4, 16, 1, 8])
+        tiling: dict[str, list] = {"BLOCK_W": _tile_widths(plan, params["BLOCK_W"])}
+        if plan.nd > 1:  # a 1-d pool's tile is one row whatever ROWS_OUT says
+            tiling["ROWS_OUT"] = [8, 32, 4, 2] if _overlap(plan) else [4, 16, 1, 8]
         return {
-            "tiling": {"BLOCK_W": [256, 1024, 128, 64], "ROWS_OUT": rows},
+            "tiling": tiling,
             "memory": {"num_warps": [4, 2] if _overlap(plan) else [8, 2, 1]},
         }.get(stage, {})
     if params["algorithm"] == CL:

@@ -232,12 +232,18 @@ def defaults(plan: RedPlan, algorithm: str) -> dict[str, Any]:
         out["PROGS_PER_SM"] = 4  # the split aims at 4 programs per SM
     if algorithm == "multi-row":
         out.update(ROW_TILE=4096, num_warps=4)  # elements per program: 16 KiB of fp32
+    if plan.inner > 1:
+        # a middle dim: the column kernels' tile (BLOCK_I columns, a cap) and warps
+        out.update(BLOCK_I=128, num_warps=4)
     return out
 
 
 def valid(plan: RedPlan, params: dict[str, Any]) -> str | None:
     if params.get("ROWS", 1) != 1:
         return "ROWS is not used by reductions"
+    bi = params.get("BLOCK_I", 128)
+    if not isinstance(bi, int) or bi < 16 or bi & (bi - 1):
+        return "BLOCK_I must be a power of two >= 16"
     return None
 
 
@@ -251,7 +257,13 @@ def space(plan: RedPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
         if stage == "mapping":
             sp["ROW_TILE"] = [2048, 8192, 16384]
     if plan.inner > 1:
-        sp.pop("BLOCK_N", None)  # the column kernel sizes its own tiles
+        # the column kernels run: their tile and warps (the row kernel's BLOCK_N and warps,
+        # swept before, timed the same column launch three times over per task)
+        sp.pop("BLOCK_N", None)
+        if stage == "tiling":
+            sp["BLOCK_I"] = [64, 256, 32]
+        if stage == "memory":
+            sp["num_warps"] = [8, 2]
     return sp
 
 
@@ -544,6 +556,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
     algo = params["algorithm"]
     block = int(params.get("BLOCK_N", 2048))
     warps = int(params["num_warps"])
+    # the column kernels' warps: tuned where the reduced dim is a middle one, else 4
+    col_warps = warps if plan.inner > 1 else 4
     leaves = [f"l_{lf.name}" for lf in plan.prologue.tensor_leaves]
     leaves0 = leaves[0]
     split = plan.op in SPLITTABLE
@@ -591,7 +605,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
         "    if R == 0 or out.numel() == 0:",
         "        raise ValueError('empty reduction')",
         "    if inner > 1:",
-        "        block_i = min(128, triton.next_power_of_2(inner))",
+        f"        block_i = min({int(params.get('BLOCK_I', 128))}, triton.next_power_of_2(inner))",
         "        block_r = max(1, min(64, 4096 // block_i))",
         "        cols = outer * triton.cdiv(inner, block_i)",
         (
@@ -605,14 +619,14 @@ def generate(desc: TaskDescription, view: GraphView, plan: RedPlan, params: dict
         "        n_out = outer * inner",
         "        if n_chunks == 1:",
         f"            red_col_kernel[(cols, 1)]({', '.join(leaves)}, out, out, R, inner, chunk, n_out, div{scall}, "
-        "BLOCK_R=block_r, BLOCK_I=block_i, FINAL=True, num_warps=4)",
+        f"BLOCK_R=block_r, BLOCK_I=block_i, FINAL=True, num_warps={col_warps})",
         "            return out",
     ]
     if split:  # (an op that does not split never has more than one chunk: no second kernel)
         L += [
             f"        part = torch.empty((n_chunks, n_out), device={first}.device, dtype=torch.float32)",
             f"        red_col_kernel[(cols, n_chunks)]({', '.join(leaves)}, out, part, R, inner, chunk, n_out, "
-            f"div{scall}, BLOCK_R=block_r, BLOCK_I=block_i, FINAL=False, num_warps=4)",
+            f"div{scall}, BLOCK_R=block_r, BLOCK_I=block_i, FINAL=False, num_warps={col_warps})",
             f"        red_col_final_kernel[(triton.cdiv(n_out, 1024),)](part, out, n_chunks, n_out, div{scall}, "
             "BLOCK=1024, num_warps=4)",
             "        return out",

@@ -342,14 +342,35 @@ def defaults(plan: RowPlan, algorithm: str) -> dict[str, Any]:
     if algorithm == SPLIT:
         # 8 programs per SM keep enough 16-byte loads in flight to reach the bandwidth roof.
         return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8}
+    if algorithm == "whole-row":
+        # ROW_WARPS 0: the whole-row kernel's warps follow the row length (emit); BLOCK_N and
+        # num_warps size the multi-pass kernel kept for rows too long at run time
+        return {"BLOCK_N": 4096, "num_warps": 8, "ROW_WARPS": 0}
     return {"BLOCK_N": 4096, "num_warps": 8}
+
+
+def _row_warps(plan: RowPlan) -> list[int]:
+    """Whole-row warps to try: those other than what the launcher picks for the captured row
+    (4 up to 1024 elements, 8 up to 4096, else 16)."""
+    shape = plan.x_leaf.shape or []
+    hi = len(shape) - plan.n_after
+    r = 1
+    for d in shape[hi - plan.ndims_reduced : hi]:
+        r *= d
+    block = 1 << max(0, int(r) - 1).bit_length()
+    auto = 4 if block <= 1024 else (8 if block <= 4096 else 16)
+    return [w for w in (8, 4, 16, 2) if w != auto]
 
 
 def space(plan: RowPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
     sp = dict(sp)
     sp.pop("ROWS", None)
     if params["algorithm"] == "whole-row":
+        # the timed kernel is the whole-row one: its warps, not the multi-pass kernel's
         sp.pop("BLOCK_N", None)
+        sp.pop("num_warps", None)
+        if stage == "memory":
+            sp["ROW_WARPS"] = _row_warps(plan)[:2]
     if params["algorithm"] == SPLIT and stage == "mapping":
         sp["PROGS_PER_SM"] = [4, 16, 2, 32]
     return sp
@@ -764,7 +785,7 @@ def _row_mode(t, shape, lo, hi):
 def generate(desc: TaskDescription, view: GraphView, plan: RowPlan, params: dict[str, Any]) -> str:
     algo = params["algorithm"]
     doc = f"EGG expert: rownorm family ({', '.join(sorted(set(plan.ops)))}), algorithm {algo}."
-    return emit(desc, plan, params, algo, doc)
+    return emit(desc, plan, params, algo, doc, row_warps=int(params.get("ROW_WARPS", 0)))
 
 
 def emit(
