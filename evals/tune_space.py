@@ -3,7 +3,7 @@ task, the mapping, tiling and memory variants it proposes until its space is exh
 many of them the default budget runs. CPU only, nothing is compiled or run (each task is
 described once in the sandbox, as `egg` does on a GPU, then the expert is asked for variants).
 
-    python -m evals.tune_space TASK.py [TASK.py ...] [--budget 6]
+    python -m evals.tune_space TASK.py [TASK.py ...] [--budget 6] [--full]
 
 Issue 12 ("fewer, better candidates"): what a change to a family's tuning space does to the
 number of jobs a suite runs, before any GPU time is spent on it.
@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tasks", nargs="+")
     ap.add_argument("--budget", type=int, default=Context().tune_budget, help="attempts per tuning stage")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="describe at the task's own sizes, as a GPU run does (spaces that depend on a row's "
+        "length or width count as there); default: the CPU's shrunk sizes, quicker",
+    )
     a = ap.parse_args(argv)
     from tools.toolbox import Toolbox
 
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         p = Path(path)
         task = TaskSpec(path=str(p), name=p.stem, source=p.read_text(), device="cpu")
         # the sizes the CPU runs (shrunk), the choices of a GPU run (the device decides spaces)
-        desc = tb.describe(task, shrink=True).model_copy(update={"device": "cuda"})
+        desc = tb.describe(task, shrink=not a.full).model_copy(update={"device": "cuda"})
         algo, counts = variants(task, desc)
         n, m = sum(counts.values()), sum(min(v, a.budget) for v in counts.values())
         total, run = total + n, run + m

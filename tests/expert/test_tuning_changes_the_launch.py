@@ -126,3 +126,29 @@ def test_the_new_variants_match_the_reference(variants):
         jobs += check_jobs(TASKS[name][0], {}, [r], trials=2)
     for res in run_jobs(jobs, interpret=True):
         assert res.get("ok"), res.get("error")
+
+
+def test_row_reduction_blocks_are_the_ones_the_launcher_keeps():
+    """The row kernels take min(BLOCK_N, the row's power of two): on rows of 300 (512) every
+    block of the tiling space is the same kernel as the default 2048, so none is offered."""
+    from nodes.expert import ExpertCode
+
+    src = COLSUM.replace("torch.sum(x * 2.0, dim=0)", "torch.logsumexp(x, dim=1)").replace(
+        "N = 70", "N = 3000"
+    )
+    src = src.replace("R = 300", "R = 64")
+    long_rows = describe_many([(src, {})])[0]
+    short_rows = describe_many([(src.replace("N = 3000", "N = 300"), {})])[0]
+    code = ExpertCode()
+    blocks = {}
+    for name, desc in (("long", long_rows), ("short", short_rows)):
+        seed = code.write(request(desc, seed_index=0, n_seeds=1))
+        best = best_from_reply(seed)
+        rs = [
+            code.write(request(desc, mode="tune", stage=stage("tiling"), best=best, seed_index=i, n_seeds=6))
+            for i in range(6)
+        ]
+        blocks[name] = (seed.algorithm, [r.params.get("BLOCK_N") for r in rs if r.source is not None])
+    assert blocks["short"][1] == [], blocks
+    # 3000 -> 4096: 4096 and 8192 are one kernel, 1024 and 512 two others (default 2048)
+    assert blocks["long"][1] == [4096, 1024, 512], blocks

@@ -256,6 +256,17 @@ def space(plan: RedPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
         sp.pop("BLOCK_N", None)  # a whole row per tile: BLOCK_N is the row's power of two
         if stage == "mapping":
             sp["ROW_TILE"] = [2048, 8192, 16384]
+    if plan.inner == 1 and "BLOCK_N" in sp and plan.rlen > 0:
+        # the row kernels take min(BLOCK_N, the row's power of two): only blocks that give
+        # another one than the current (a 2048-long row made 4096 and 8192 the same kernel)
+        row = 1 << (int(plan.rlen) - 1).bit_length()
+        seen = {min(int(params.get("BLOCK_N", 2048)), row)}
+        keep = []
+        for b in sp["BLOCK_N"]:
+            if min(b, row) not in seen:
+                seen.add(min(b, row))
+                keep.append(b)
+        sp["BLOCK_N"] = keep
     if plan.inner > 1:
         # the column kernels run: their tile and warps (the row kernel's BLOCK_N and warps,
         # swept before, timed the same column launch three times over per task)
