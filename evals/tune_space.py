@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in a.tasks:
         p = Path(path)
         task = TaskSpec(path=str(p), name=p.stem, source=p.read_text(), device="cpu")
-        # the sizes the CPU runs (shrunk), the choices of a GPU run (the device decides spaces)
+        # the CPU's shrunk sizes or the task's own (--full), the choices of a GPU run (the
+        # device decides spaces)
         desc = tb.describe(task, shrink=not a.full).model_copy(update={"device": "cuda"})
         algo, counts = variants(task, desc)
         n, m = sum(counts.values()), sum(min(v, a.budget) for v in counts.values())

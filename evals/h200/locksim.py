@@ -1,6 +1,6 @@
 """Replay a GPU-lock trace against this checkout's lock, on the CPU: how long the holds wait.
 
-    python -m evals.h200.locksim LOCKTRACE.txt [--speed 4] [--threads]
+    python -m evals.h200.locksim LOCKTRACE.txt [--speed 4]
 
 A trace (EGG_GPU_TRACE=1, tools/worker/gpulock.py) lists every hold of a suite run: its worker
 process, mode and step, when it was asked for, got and released. Here each process of the trace
@@ -8,7 +8,7 @@ becomes a thread that sleeps through its CPU work (the gap between one release a
 takes tools.worker.gpulock.gpu_lock in the same mode and holds it for the same time, all of it
 scaled down by --speed; each thread starts at its process's first ask. Nothing runs on a GPU:
 what is compared is the lock's policy, on the demand of a real run. Printed: waits per mode
-(median, sum, in trace seconds), the replay's span, and the exclusive holds' waits per step.
+(median, sum, in trace seconds), the replay's span, and the waits per step of the lock.
 Run it in two checkouts (`git worktree`) to compare two lock policies on the same trace.
 """
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from graph.records import OpNode, TaskDescription
 
+from .families.pad import literal_ints
 from .graphview import arg_value, is_node, node_refs
 
 PAD_TARGETS = frozenset({"torch.nn.functional.pad", "torch._C._nn.pad"})
@@ -24,10 +25,8 @@ def _border(n: OpNode, rank: int) -> list[tuple[int, int]] | None:
     """(before, after) per dim of a functional pad with a literal, non-negative pad list."""
     if n.op != "pad" or n.kind != "call_function" or n.target not in PAD_TARGETS:
         return None
-    pad = arg_value(n, 1, "pad")
-    if not isinstance(pad, list | tuple) or len(pad) % 2 or len(pad) // 2 > rank:
-        return None
-    if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in pad):
+    pad = literal_ints(arg_value(n, 1, "pad"))
+    if pad is None or len(pad) % 2 or len(pad) // 2 > rank or min(pad, default=0) < 0:
         return None
     border = [(0, 0)] * rank
     for i in range(len(pad) // 2):  # F.pad lists the last dim first

@@ -7,6 +7,7 @@ DEFAULTS. "tune" mode walks one param at a time (coordinate search) around the b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 Space = dict[str, dict[str, list[Any]]]  # stage -> param -> values
@@ -117,3 +118,20 @@ BOTTLENECK_ORDER: dict[str, dict[str, list[str]]] = {
         "mapping": ["PROGS_PER_SM", "SPLIT_K", "ROWS", "PERSISTENT", "GROUP_M"],
     },
 }
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1), as triton.next_power_of_2 on the host."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def distinct_launches(values: list[int], current: int, launched: Callable[[int], int]) -> list[int]:
+    """The values of a tuning list whose launched size (`launched(v)`: what the launcher makes of
+    v at the task's sizes, e.g. a block capped by the row's power of two) differs from the current
+    value's and from every earlier value kept: each one a different kernel."""
+    seen, out = {launched(current)}, []
+    for v in values:
+        if launched(v) not in seen:
+            seen.add(launched(v))
+            out.append(v)
+    return out

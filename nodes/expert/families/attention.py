@@ -21,6 +21,7 @@ from typing import Any
 from graph.records import TaskDescription
 
 from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
+from ..spaces import next_pow2
 from .gemm import _operand
 
 # The widest head dim (of Q/K and of V) the fused kernel holds: its Q tile and output accumulator
@@ -201,7 +202,7 @@ def _split(plan: AttnPlan, params: dict[str, Any]) -> bool:
 
 
 def _block_d(plan: AttnPlan) -> int:
-    return max(16, 1 << max(0, (plan.head_dim or 64) - 1).bit_length())
+    return max(16, next_pow2(plan.head_dim or 64))
 
 
 def shared_bytes(plan: AttnPlan, params: dict[str, Any]) -> int | None:

@@ -34,7 +34,7 @@ class PadPlan:
     value: str  # a float literal
 
 
-def _ints(v: Any) -> list[int] | None:
+def literal_ints(v: Any) -> list[int] | None:
     if isinstance(v, list) and all(isinstance(p, int) and not isinstance(p, bool) for p in v):
         return list(v)
     return None
@@ -47,10 +47,10 @@ def match(view: GraphView) -> PadPlan | None:
     n = nodes[0]
     if n.kind == "call_module" and n.op in _MODULES:
         mode = _MODULES[n.op]
-        pad = _ints(n.module_attrs.get("padding"))
+        pad = literal_ints(n.module_attrs.get("padding"))
         value = n.module_attrs.get("value", 0.0) if mode == "constant" else 0.0
     elif n.kind != "call_module" and n.op == "pad":
-        pad = _ints(arg_value(n, 1, "pad"))
+        pad = literal_ints(arg_value(n, 1, "pad"))
         mode = arg_value(n, 2, "mode", "constant")
         value = arg_value(n, 3, "value", None)
         value = 0.0 if value is None else value

@@ -39,6 +39,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, is_node
 from ..kernelfiles import jit_source, kernel_source
+from ..spaces import distinct_launches, next_pow2
 from .libconv import CL_HELPERS, LIB_OPS, library_call, split_call
 
 POOL_OPS = {f"{k}_pool{d}d" for k in ("max", "avg") for d in (1, 2, 3)}
@@ -247,18 +248,11 @@ def _tile_widths(plan: PoolPlan, current: int) -> list[int]:
     (it takes min(BLOCK_W, the row's power of two, at least 32)): on 64-wide output rows the
     widths 256, 1024 and 128 were all a 64-wide tile, three variants compiled and timed for one
     kernel (evals audit of 2026-12-07)."""
+    widths = [256, 1024, 128, 64]
     if not plan.out_w:
-        return [256, 1024, 128, 64]
-
-    def tile(b: int) -> int:
-        return min(b, max(32, 1 << (int(plan.out_w) - 1).bit_length()))
-
-    seen, out = {tile(int(current))}, []
-    for b in (256, 1024, 128, 64):
-        if tile(b) not in seen:
-            seen.add(tile(b))
-            out.append(b)
-    return out
+        return widths
+    row = max(32, next_pow2(plan.out_w))
+    return distinct_launches(widths, int(current), lambda b: min(b, row))
 
 
 def space(plan: PoolPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:

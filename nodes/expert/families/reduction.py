@@ -25,6 +25,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from ..kernelfiles import COLUMN_TILE_HEAD, jit_source, kernel_source
+from ..spaces import distinct_launches, next_pow2
 
 RED_OPS = {"sum", "mean", "max", "min", "amax", "amin", "prod", "argmax", "argmin", "logsumexp"}
 LOSS_OPS = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"}
@@ -259,14 +260,10 @@ def space(plan: RedPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
     if plan.inner == 1 and "BLOCK_N" in sp and plan.rlen > 0:
         # the row kernels take min(BLOCK_N, the row's power of two): only blocks that give
         # another one than the current (a 2048-long row made 4096 and 8192 the same kernel)
-        row = 1 << (int(plan.rlen) - 1).bit_length()
-        seen = {min(int(params.get("BLOCK_N", 2048)), row)}
-        keep = []
-        for b in sp["BLOCK_N"]:
-            if min(b, row) not in seen:
-                seen.add(min(b, row))
-                keep.append(b)
-        sp["BLOCK_N"] = keep
+        row = next_pow2(plan.rlen)
+        sp["BLOCK_N"] = distinct_launches(
+            sp["BLOCK_N"], int(params.get("BLOCK_N", 2048)), lambda b: min(b, row)
+        )
     if plan.inner > 1:
         # the column kernels run: their tile and warps (the row kernel's BLOCK_N and warps,
         # swept before, timed the same column launch three times over per task)

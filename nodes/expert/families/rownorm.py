@@ -30,6 +30,7 @@ from graph.records import OpNode, TaskDescription
 from .. import ewops
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
 from ..kernelfiles import jit_source
+from ..spaces import next_pow2
 
 WHOLE_ROW_MAX = 16384
 RED_KINDS = {"sum", "mean", "amax", "amin"}
@@ -351,13 +352,13 @@ def defaults(plan: RowPlan, algorithm: str) -> dict[str, Any]:
 
 def _row_warps(plan: RowPlan) -> list[int]:
     """Whole-row warps to try: those other than what the launcher picks for the captured row
-    (4 up to 1024 elements, 8 up to 4096, else 16)."""
+    (emit's run-time rule: 4 up to 1024 elements, 8 up to 4096, else 16)."""
     shape = plan.x_leaf.shape or []
     hi = len(shape) - plan.n_after
     r = 1
     for d in shape[hi - plan.ndims_reduced : hi]:
         r *= d
-    block = 1 << max(0, int(r) - 1).bit_length()
+    block = next_pow2(r)
     auto = 4 if block <= 1024 else (8 if block <= 4096 else 16)
     return [w for w in (8, 4, 16, 2) if w != auto]
 
