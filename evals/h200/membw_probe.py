@@ -12,6 +12,10 @@ Sections (full size):
           program order; against torch.mm (TF32 off) eager and compiled
   pool    max_pool2d(k=4, s=1, p=1) on (32, 64, 512, 512): row-tile kernels (4 shifted loads per
           input row, a [BLOCK_W, 4] 2-D load, or one aligned load + tl.gather)
+  lnrow   LayerNorm over (64, 256, 256) a sample, batch 16, weight and bias: chunk partials then
+          an output pass in 2 launches, against one ticket-ordered launch (a row's output programs
+          right after its partial programs: the re-read hits L2), CH elements a chunk
+  smrow   softmax over rows of 393216, 4096 rows: one program a row (online), or ticket-ordered
 
 GB/s = ideal bytes (every input read once, every output written once) / median time of
 triton.testing.do_bench (which flushes L2 between reps). Every Triton variant is checked once
@@ -180,6 +184,184 @@ def pool_kernel(
         r0 = r1
         r1 = r2
         r2 = cur
+
+
+# Long rows (a LayerNorm over 4M elements a row, a softmax over 393216): the row split over many
+# programs. "2 launches": chunk partials, then every chunk re-reads the row from HBM to write it.
+# "ordered": one launch whose programs take tickets from a counter (so a program only ever waits
+# for programs that already run: no deadlock whatever the hardware's dispatch order) and map them
+# row by row, the row's partial programs first, then its output programs, which wait until the
+# row's partial count is complete; the output pass's re-read of a chunk then finds it in L2.
+@triton.jit
+def _chunk_moments(xp, lo, hi, BLOCK: tl.constexpr):
+    # sum and sum of squared deviations of xp[lo:hi], shifted by the first tile's mean
+    cols = lo + tl.arange(0, BLOCK)
+    m = cols < hi
+    x = tl.load(xp + cols, mask=m, other=0.0)
+    c = tl.sum(x, 0) / tl.minimum(hi - lo, BLOCK).to(tl.float32)
+    a1 = tl.zeros([BLOCK], dtype=tl.float32)
+    a2 = tl.zeros([BLOCK], dtype=tl.float32)
+    for o in range(lo, hi, BLOCK):
+        cols = o + tl.arange(0, BLOCK)
+        m = cols < hi
+        d = tl.where(m, tl.load(xp + cols, mask=m, other=0.0) - c, 0.0)
+        a1 += d
+        a2 += d * d
+    n = (hi - lo).to(tl.float32)
+    s1 = tl.sum(a1, 0)
+    s2 = tl.sum(a2, 0)
+    return s1 + n * c, tl.maximum(s2 - s1 * s1 / n, 0.0)
+
+
+@triton.jit
+def _row_mean_rstd(ws_ptr, row, R, NSPLIT, CH, eps, SPLIT_BLOCK: tl.constexpr):
+    # Chan et al.: the chunks' (sum, M2) pairs folded into the row's mean and 1/std
+    kk = tl.arange(0, SPLIT_BLOCK)
+    km = kk < NSPLIT
+    s = tl.load(ws_ptr + (row * NSPLIT + kk) * 2, mask=km, other=0.0, cache_modifier=".cg")
+    m2 = tl.load(ws_ptr + (row * NSPLIT + kk) * 2 + 1, mask=km, other=0.0, cache_modifier=".cg")
+    n_k = tl.where(km, tl.minimum(CH, R - kk * CH), 1).to(tl.float32)
+    mean = tl.sum(s, 0) / R
+    dm = s / n_k - mean
+    var = tl.sum(tl.where(km, m2 + n_k * dm * dm, 0.0), 0) / R
+    return mean, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def _ln_write(xp, wp, bp, yp, lo, hi, mean, rstd, BLOCK: tl.constexpr):
+    for o in range(lo, hi, BLOCK):
+        cols = o + tl.arange(0, BLOCK)
+        m = cols < hi
+        x = tl.load(xp + cols, mask=m, other=0.0)
+        w = tl.load(wp + cols, mask=m, other=0.0)
+        b = tl.load(bp + cols, mask=m, other=0.0)
+        tl.store(yp + cols, (x - mean) * rstd * w + b, mask=m)
+
+
+@triton.jit
+def ln_part_kernel(x_ptr, ws_ptr, R, NSPLIT, CH, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    lo = tl.program_id(1) * CH
+    s, m2 = _chunk_moments(x_ptr + row.to(tl.int64) * R, lo, tl.minimum(R, lo + CH), BLOCK)
+    tl.store(ws_ptr + (row * NSPLIT + tl.program_id(1)) * 2, s)
+    tl.store(ws_ptr + (row * NSPLIT + tl.program_id(1)) * 2 + 1, m2)
+
+
+@triton.jit
+def ln_out_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, R, NSPLIT, CH, eps, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
+):
+    row = tl.program_id(0)
+    mean, rstd = _row_mean_rstd(ws_ptr, row, R, NSPLIT, CH, eps, SPLIT_BLOCK)
+    base = row.to(tl.int64) * R
+    lo = tl.program_id(1) * CH
+    _ln_write(x_ptr + base, w_ptr, b_ptr, y_ptr + base, lo, tl.minimum(R, lo + CH), mean, rstd, BLOCK)
+
+
+@triton.jit
+def _wait_count(cnt_ptr, n):
+    c = tl.atomic_add(cnt_ptr, 0, sem="acquire")
+    while c < n:
+        c = tl.atomic_add(cnt_ptr, 0, sem="acquire")
+
+
+@triton.jit
+def ln_ordered_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    ws_ptr,
+    cnt_ptr,
+    R,
+    NSPLIT,
+    CH,
+    eps,
+    SPLIT_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # cnt_ptr[0]: the ticket; cnt_ptr[1 + row]: the row's finished partial programs
+    t = tl.atomic_add(cnt_ptr, 1)
+    row = t // (2 * NSPLIT)
+    k = t % (2 * NSPLIT)
+    base = row.to(tl.int64) * R
+    lo = (k % NSPLIT) * CH
+    hi = tl.minimum(R, lo + CH)
+    if k < NSPLIT:
+        s, m2 = _chunk_moments(x_ptr + base, lo, hi, BLOCK)
+        tl.store(ws_ptr + (row * NSPLIT + k) * 2, s)
+        tl.store(ws_ptr + (row * NSPLIT + k) * 2 + 1, m2)
+        tl.debug_barrier()  # every thread's store before the release below
+        tl.atomic_add(cnt_ptr + 1 + row, 1, sem="release")
+    else:
+        _wait_count(cnt_ptr + 1 + row, NSPLIT)
+        mean, rstd = _row_mean_rstd(ws_ptr, row, R, NSPLIT, CH, eps, SPLIT_BLOCK)
+        _ln_write(x_ptr + base, w_ptr, b_ptr, y_ptr + base, lo, hi, mean, rstd, BLOCK)
+
+
+@triton.jit
+def _chunk_maxsum(xp, lo, hi, BLOCK: tl.constexpr):
+    # online max and sum of exp(x - max) over xp[lo:hi]
+    mx = tl.full([BLOCK], float("-inf"), tl.float32)
+    sm = tl.zeros([BLOCK], dtype=tl.float32)
+    for o in range(lo, hi, BLOCK):
+        cols = o + tl.arange(0, BLOCK)
+        x = tl.load(xp + cols, mask=cols < hi, other=float("-inf"))
+        nm = tl.maximum(mx, x)
+        sm = sm * tl.exp(mx - nm) + tl.where(x == float("-inf"), 0.0, tl.exp(x - nm))
+        sm = tl.where(nm == float("-inf"), 0.0, sm)
+        mx = nm
+    m = tl.max(mx, 0)
+    return m, tl.sum(tl.where(mx == float("-inf"), 0.0, sm * tl.exp(mx - m)), 0)
+
+
+@triton.jit
+def _sm_write(xp, yp, lo, hi, m, inv, BLOCK: tl.constexpr):
+    for o in range(lo, hi, BLOCK):
+        cols = o + tl.arange(0, BLOCK)
+        msk = cols < hi
+        x = tl.load(xp + cols, mask=msk, other=0.0)
+        tl.store(yp + cols, tl.exp(x - m) * inv, mask=msk)
+
+
+@triton.jit
+def _row_max_inv(ws_ptr, row, NSPLIT, SPLIT_BLOCK: tl.constexpr):
+    kk = tl.arange(0, SPLIT_BLOCK)
+    km = kk < NSPLIT
+    pm = tl.load(ws_ptr + (row * NSPLIT + kk) * 2, mask=km, other=float("-inf"), cache_modifier=".cg")
+    ps = tl.load(ws_ptr + (row * NSPLIT + kk) * 2 + 1, mask=km, other=0.0, cache_modifier=".cg")
+    m = tl.max(pm, 0)
+    return m, 1.0 / tl.sum(tl.where(km, ps * tl.exp(pm - m), 0.0), 0)
+
+
+@triton.jit
+def sm_online_row_kernel(x_ptr, y_ptr, R, BLOCK: tl.constexpr):
+    # one program a row: online max/sum, then the write pass (the row re-read from HBM)
+    base = tl.program_id(0).to(tl.int64) * R
+    m, s = _chunk_maxsum(x_ptr + base, 0, R, BLOCK)
+    _sm_write(x_ptr + base, y_ptr + base, 0, R, m, 1.0 / s, BLOCK)
+
+
+@triton.jit
+def sm_ordered_kernel(
+    x_ptr, y_ptr, ws_ptr, cnt_ptr, R, NSPLIT, CH, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
+):
+    t = tl.atomic_add(cnt_ptr, 1)
+    row = t // (2 * NSPLIT)
+    k = t % (2 * NSPLIT)
+    base = row.to(tl.int64) * R
+    lo = (k % NSPLIT) * CH
+    hi = tl.minimum(R, lo + CH)
+    if k < NSPLIT:
+        m, s = _chunk_maxsum(x_ptr + base, lo, hi, BLOCK)
+        tl.store(ws_ptr + (row * NSPLIT + k) * 2, m)
+        tl.store(ws_ptr + (row * NSPLIT + k) * 2 + 1, s)
+        tl.debug_barrier()
+        tl.atomic_add(cnt_ptr + 1 + row, 1, sem="release")
+    else:
+        _wait_count(cnt_ptr + 1 + row, NSPLIT)
+        m, inv = _row_max_inv(ws_ptr, row, NSPLIT, SPLIT_BLOCK)
+        _sm_write(x_ptr + base, y_ptr + base, lo, hi, m, inv, BLOCK)
 
 
 # ----------------------------------------------------------------------------------------- harness
@@ -413,7 +595,134 @@ def sec_pool(sec: Section, a):
     shift_grid((2, 1))
 
 
-SECTIONS = {"floors": sec_floors, "bn": sec_bn, "outer": sec_outer, "pool": sec_pool}
+def _row_variants(sec: Section, n_rows: int, R: int, small: bool, nbytes: int, check, two, ordered):
+    """The long-row variants: `two(split, ch, block, w)` and `ordered(...)` give launch functions."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 4
+    tiles = ((64, 2), (128, 4)) if small else ((2048, 8), (4096, 8), (1024, 4))
+    # the rownorm family's rule today: 8 programs per SM over all rows, whole tiles per chunk
+    block, w = (4096, 8) if not small else tiles[-1]
+    split = max(1, min(triton.cdiv(sms * 8, n_rows), triton.cdiv(R, block), 4096))
+    ch = triton.cdiv(triton.cdiv(R, split), block) * block
+    sec.run(
+        "2 launches, 8 per SM",
+        f"CH={ch} BLOCK={block} w={w}",
+        two(triton.cdiv(R, ch), ch, block, w),
+        nbytes,
+        check,
+    )
+    for ch in (256, 1024) if small else (16384, 8192, 32768, 4096, 65536):
+        split = triton.cdiv(R, ch)
+        for block, w in tiles:
+            if block > ch:
+                continue
+            sec.run(
+                "ordered 1 launch",
+                f"CH={ch} BLOCK={block} w={w}",
+                ordered(split, ch, block, w),
+                nbytes,
+                check,
+            )
+            sec.run("2 launches", f"CH={ch} BLOCK={block} w={w}", two(split, ch, block, w), nbytes, check)
+
+
+def sec_lnrow(sec: Section, a):
+    n_b = max(2, round(16 * a.scale))
+    shape = (3, 37, 53) if a.small else (64, 256, 256)
+    R, eps = math.prod(shape), 1e-5
+    x = torch.randn(n_b, *shape, device=DEV)
+    wgt, bias = 1 + 0.1 * torch.randn(shape, device=DEV), 0.1 * torch.randn(shape, device=DEV)
+
+    def ln(inp):
+        return F.layer_norm(inp, shape, wgt, bias, eps)
+
+    ref = ln(x)
+    y = torch.empty_like(x)
+    nbytes = (2 * x.numel() + 2 * R) * 4
+    check, check_ret = make_check(ref, 1e-4, y), make_check(ref, 1e-4)
+    desc = f"x={tuple(x.shape)}"
+    sec.run("torch F.layer_norm", desc, lambda: ln(x), nbytes, check_ret)
+    cln = compiled(ln)
+    if cln is not None:
+        sec.run("torch.compile layer_norm", desc, lambda: cln(x), nbytes, check_ret)
+
+    def two(split, ch, block, w):
+        ws = torch.empty(n_b * split * 2, device=DEV)
+        sb = triton.next_power_of_2(split)
+
+        def fn():
+            ln_part_kernel[(n_b, split)](x, ws, R, split, ch, BLOCK=block, num_warps=w)
+            ln_out_kernel[(n_b, split)](
+                x, wgt, bias, y, ws, R, split, ch, eps, SPLIT_BLOCK=sb, BLOCK=block, num_warps=w
+            )
+
+        return fn
+
+    def ordered(split, ch, block, w):
+        ws = torch.empty(n_b * split * 2, device=DEV)
+        sb = triton.next_power_of_2(split)
+
+        def fn():
+            cnt = torch.zeros(1 + n_b, device=DEV, dtype=torch.int32)
+            ln_ordered_kernel[(n_b * 2 * split,)](
+                x, wgt, bias, y, ws, cnt, R, split, ch, eps, SPLIT_BLOCK=sb, BLOCK=block, num_warps=w
+            )
+
+        return fn
+
+    _row_variants(sec, n_b, R, a.small, nbytes, check, two, ordered)
+
+
+def sec_smrow(sec: Section, a):
+    n_r = max(2, round(4096 * a.scale))
+    R = 5000 if a.small else 393216
+    x = torch.randn(n_r, R, device=DEV)
+    ref = torch.softmax(x, dim=1)
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * 4
+    tol = 1e-5 * ref.abs().max().item()
+    check, check_ret = make_check(ref, tol, y), make_check(ref, tol)
+    desc = f"x={tuple(x.shape)}"
+    sec.run("torch softmax", desc, lambda: torch.softmax(x, dim=1), nbytes, check_ret)
+    csm = compiled(lambda inp: torch.softmax(inp, dim=1))
+    if csm is not None:
+        sec.run("torch.compile softmax", desc, lambda: csm(x), nbytes, check_ret)
+    for block, w in ((64, 2), (128, 4)) if a.small else ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
+        fn = launcher(sm_online_row_kernel, (n_r,), (x, y, R), BLOCK=block, num_warps=w)
+        sec.run("online, 1 program a row", f"BLOCK={block} w={w}", fn, nbytes, check)
+
+    def ordered(split, ch, block, w):
+        ws = torch.empty(n_r * split * 2, device=DEV)
+        sb = triton.next_power_of_2(split)
+
+        def fn():
+            cnt = torch.zeros(1 + n_r, device=DEV, dtype=torch.int32)
+            sm_ordered_kernel[(n_r * 2 * split,)](
+                x, y, ws, cnt, R, split, ch, SPLIT_BLOCK=sb, BLOCK=block, num_warps=w
+            )
+
+        return fn
+
+    for ch in (256, 1024) if a.small else (16384, 8192, 32768, 4096, 65536):
+        split = triton.cdiv(R, ch)
+        for block, w in ((64, 2), (128, 4)) if a.small else ((2048, 8), (4096, 8), (1024, 4)):
+            if block <= ch:
+                sec.run(
+                    "ordered 1 launch",
+                    f"CH={ch} BLOCK={block} w={w}",
+                    ordered(split, ch, block, w),
+                    nbytes,
+                    check,
+                )
+
+
+SECTIONS = {
+    "floors": sec_floors,
+    "bn": sec_bn,
+    "outer": sec_outer,
+    "pool": sec_pool,
+    "lnrow": sec_lnrow,
+    "smrow": sec_smrow,
+}
 
 
 # -------------------------------------------------------------------------------------------- main

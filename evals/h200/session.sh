@@ -34,6 +34,8 @@
 #            level2/11 and level3/9 (a pooled BatchNorm group on a ConvTranspose2d and a ResNet
 #            stem): their kernels profiled in eval mode (kernel_times, two seeds), then all four
 #            stages through egg eval (issue 13's conv rows)
+#   tasks    `session.sh tasks TASK.py ...`: the tasks named, all four stages through egg eval
+#            (EGG_WORKERS, default 6), e.g. a handful re-measured on another card
 #   probe    `session.sh probe TASK.py ... [--seeds N]`: every expert seed of each task through
 #            the sandbox, the fastest through the final benchmark (evals/h200/probe.py)
 #   kernels  `session.sh kernels TASK.py ... [--seeds N]`: GPU time per kernel of eager, compile
@@ -48,7 +50,7 @@
 #            compiled launcher, a PyTorch op) and each kernel file's launched forward against its
 #            CUDA-graph replay, with its host profile (evals/h200/host_probe.py)
 set -euo pipefail
-step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|convnets|probe|kernels|membw|libwarm|host|tf32 [ARGS...]}
+step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|convnets|tasks|probe|kernels|membw|libwarm|host|tf32 [ARGS...]}
 shift
 out=${OUT:?run through the device tool: \$OUT is where results come back}/$step
 budget=${EGG_STEP_SECONDS:-540}
@@ -159,6 +161,9 @@ case "$step" in
     rm -f "$out"/kernels/*.py  # generated kernels: not results
     budget=$((budget - budget / 3))
     step_eval "${nets[@]}" --workers "${EGG_WORKERS:-6}"
+    ;;
+  tasks)
+    step_eval "$@" --workers "${EGG_WORKERS:-6}"
     ;;
   probe)
     # every seed of the tasks named (paths), the fastest benchmarked beside eager and compile
