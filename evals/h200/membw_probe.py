@@ -259,6 +259,26 @@ def ln_out_kernel(
 
 
 @triton.jit
+def _ticket(cnt_ptr, R, NSPLIT, CH):
+    """This program's (row, k, row offset, chunk lo, hi) from the ticket cnt_ptr[0]: k < NSPLIT a
+    partial program, else an output program (chunk k - NSPLIT)."""
+    t = tl.atomic_add(cnt_ptr, 1)
+    row = t // (2 * NSPLIT)
+    k = t % (2 * NSPLIT)
+    lo = (k % NSPLIT) * CH
+    return row, k, row.to(tl.int64) * R, lo, tl.minimum(R, lo + CH)
+
+
+@triton.jit
+def _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, a, b):
+    """Store a chunk's two partials and count it in cnt_ptr[1 + row] (release)."""
+    tl.store(ws_ptr + (row * NSPLIT + k) * 2, a)
+    tl.store(ws_ptr + (row * NSPLIT + k) * 2 + 1, b)
+    tl.debug_barrier()  # every thread's store before the release below
+    tl.atomic_add(cnt_ptr + 1 + row, 1, sem="release")
+
+
+@triton.jit
 def _wait_count(cnt_ptr, n):
     c = tl.atomic_add(cnt_ptr, 0, sem="acquire")
     while c < n:
@@ -280,19 +300,10 @@ def ln_ordered_kernel(
     SPLIT_BLOCK: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # cnt_ptr[0]: the ticket; cnt_ptr[1 + row]: the row's finished partial programs
-    t = tl.atomic_add(cnt_ptr, 1)
-    row = t // (2 * NSPLIT)
-    k = t % (2 * NSPLIT)
-    base = row.to(tl.int64) * R
-    lo = (k % NSPLIT) * CH
-    hi = tl.minimum(R, lo + CH)
+    row, k, base, lo, hi = _ticket(cnt_ptr, R, NSPLIT, CH)
     if k < NSPLIT:
         s, m2 = _chunk_moments(x_ptr + base, lo, hi, BLOCK)
-        tl.store(ws_ptr + (row * NSPLIT + k) * 2, s)
-        tl.store(ws_ptr + (row * NSPLIT + k) * 2 + 1, m2)
-        tl.debug_barrier()  # every thread's store before the release below
-        tl.atomic_add(cnt_ptr + 1 + row, 1, sem="release")
+        _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, s, m2)
     else:
         _wait_count(cnt_ptr + 1 + row, NSPLIT)
         mean, rstd = _row_mean_rstd(ws_ptr, row, R, NSPLIT, CH, eps, SPLIT_BLOCK)
@@ -346,18 +357,10 @@ def sm_online_row_kernel(x_ptr, y_ptr, R, BLOCK: tl.constexpr):
 def sm_ordered_kernel(
     x_ptr, y_ptr, ws_ptr, cnt_ptr, R, NSPLIT, CH, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
 ):
-    t = tl.atomic_add(cnt_ptr, 1)
-    row = t // (2 * NSPLIT)
-    k = t % (2 * NSPLIT)
-    base = row.to(tl.int64) * R
-    lo = (k % NSPLIT) * CH
-    hi = tl.minimum(R, lo + CH)
+    row, k, base, lo, hi = _ticket(cnt_ptr, R, NSPLIT, CH)
     if k < NSPLIT:
         m, s = _chunk_maxsum(x_ptr + base, lo, hi, BLOCK)
-        tl.store(ws_ptr + (row * NSPLIT + k) * 2, m)
-        tl.store(ws_ptr + (row * NSPLIT + k) * 2 + 1, s)
-        tl.debug_barrier()
-        tl.atomic_add(cnt_ptr + 1 + row, 1, sem="release")
+        _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, m, s)
     else:
         _wait_count(cnt_ptr + 1 + row, NSPLIT)
         m, inv = _row_max_inv(ws_ptr, row, NSPLIT, SPLIT_BLOCK)
