@@ -32,6 +32,16 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
         "rownorm",
         "split-row",
     ),
+    # the ordered one-launch variant: 80 chunks of 256 a row (the last ragged), tickets, the
+    # output programs waiting for the row's partial count
+    "ln_long_ordered": (
+        "nm10_layernorm_long_rows.py",
+        {"B": 3, "C": 5, "H": 61, "W": 67},
+        "rownorm",
+        "split-row",
+    ),
+    # two passes before the output (a maximum of deviations from the mean): two counted passes
+    "rows_two_pass_ordered": ("ROW_DEV_MAX", {}, "rownorm", "split-row"),
     # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
     "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
     # M == 1 (one-token linear): the weight is the matrix, bias + SiLU in the reduce kernel
@@ -158,6 +168,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         for case in ("mm_presplit", "bmm_presplit")
     },
     "convt_tail_nchw": {"CHANNELS_LAST": False},
+    "ln_long_ordered": {"ORDER_CH": 256, "BLOCK_N": 256},
+    "rows_two_pass_ordered": {"ORDER_CH": 512, "BLOCK_N": 128},
     "large_k_bsplit": {"PRECISION": "tf32x3-bsplit"},
     "mm_bsplit": {
         "PRECISION": "tf32x3-bsplit",
@@ -281,6 +293,30 @@ def get_inputs():
 def get_init_inputs():
     return []
 """,
+    "ROW_DEV_MAX": """
+import torch
+import torch.nn as nn
+
+B = 3
+R = 20011
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        d = x - x.mean(dim=-1, keepdim=True)
+        return d / (d.abs().amax(dim=-1, keepdim=True) + 1e-3)
+
+
+def get_inputs():
+    return [torch.randn(B, R) + 3.0]
+
+
+def get_init_inputs():
+    return []
+""",
     "AVGPOOL3D": """
 import torch
 import torch.nn as nn
@@ -373,7 +409,7 @@ def results(request, descs) -> dict[str, dict[str, Any]]:
             unit = plan_for(desc).units[0]
             fam, view, plan = unit.fam, unit.view, unit.plan
             params = dict(reply.params, **OVERRIDES[case])
-            assert fam.valid(plan, params) is None, fam.valid(plan, params)
+            assert not hasattr(fam, "valid") or fam.valid(plan, params) is None, fam.valid(plan, params)
             reply = reply.model_copy(
                 update={"source": fam.generate(desc, view, plan, params), "params": params}
             )
@@ -430,6 +466,19 @@ def test_rownorm_split_row_first_for_few_long_rows(descs):
     src = _reply(descs, "ln_long_split").source
     # LayerNorm: the variance comes out of the mean's pass (two kernels, not three)
     assert "def rn_split_pass1_kernel(" in src and "rn_split_pass2_kernel" not in src
+
+
+@pytest.mark.parametrize("case, passes", [("ln_long_ordered", 1), ("rows_two_pass_ordered", 2)])
+def test_rownorm_ordered_split_is_one_launch_counting_each_pass(case, passes, results, descs):
+    src = results[case]["reply"].source
+    assert f"rn_split_ordered_kernel[(rows * {passes + 1} * split,)]" in src
+    assert "rn_split_pass1_kernel" not in src and "rn_split_out_kernel" not in src
+    # each pass counted once (release), each later pass and the output wait on the one before
+    assert src.count("sem='release')") == passes and src.count("while done < NSPLIT:") == passes
+    # partials of the same launch are read past L1
+    assert src.count("cache_modifier='.cg'") == src.count("tl.load(ws_ptr") > 0
+    fam, plan = _plan(descs, case)
+    assert fam.space(plan, results[case]["reply"].params, "memory", {})["ORDER_CH"]
 
 
 def test_presplit_offered_where_the_split_is_cheap_next_to_the_gemm(descs, results):

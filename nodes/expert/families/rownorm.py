@@ -7,6 +7,10 @@ dependency levels (the variance needs the mean first):
   whole-row   the row is loaded once into registers and every level is computed from it
               (rows longer than WHOLE_ROW_MAX fall back, at run time, to the multi-pass kernel)
   multi-pass  one streaming pass over the row per level, then a final pass that writes
+  split-row   few long rows: each row split into chunks over many programs, a launch per level
+              writing chunk partials, then one that combines them and writes; with ORDER_CH
+              (memory stage) a single ticket-ordered launch instead, whose later passes find a
+              chunk in L2 (_ORDERED_HEAD)
 Operands: full-shape tensors, per-column tensors (weights over the normalised dims), per-row
 tensors, and one-element tensors, classified at launch.
 
@@ -342,7 +346,7 @@ def algorithms(plan: RowPlan) -> list[str]:
 def defaults(plan: RowPlan, algorithm: str) -> dict[str, Any]:
     if algorithm == SPLIT:
         # 8 programs per SM keep enough 16-byte loads in flight to reach the bandwidth roof.
-        return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8}
+        return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8, "ORDER_CH": 0}
     if algorithm == "whole-row":
         # ROW_WARPS 0: the whole-row kernel's warps follow the row length (emit); BLOCK_N and
         # num_warps size the multi-pass kernel kept for rows too long at run time
@@ -374,6 +378,9 @@ def space(plan: RowPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
             sp["ROW_WARPS"] = _row_warps(plan)[:2]
     if params["algorithm"] == SPLIT and stage == "mapping":
         sp["PROGS_PER_SM"] = [4, 16, 2, 32]
+    if params["algorithm"] == SPLIT and stage == "memory":
+        # the ordered one-launch variant (a chunk's later passes read it from L2), by chunk size
+        sp["ORDER_CH"] = [16384, 8192]
     return sp
 
 
@@ -598,16 +605,19 @@ def _ws(j: int, k: str) -> str:
     return f"ws_ptr + ({j} * rows + row) * NSPLIT + {k}"
 
 
-def _combine(done: list[DNode], idx: dict[str, int]) -> tuple[list[str], dict[str, str]]:
-    """Lines folding every finished reduction's chunk partials into one value per row."""
+def _combine(done: list[DNode], idx: dict[str, int], cg: bool = False) -> tuple[list[str], dict[str, str]]:
+    """Lines folding every finished reduction's chunk partials into one value per row. `cg`: the
+    loads skip L1 (partials of the same launch: a line cached while a neighbouring row's partials
+    were read may be stale)."""
     if not done:
         return [], {}
+    mod = ", cache_modifier='.cg'" if cg else ""
     L = ["kk = tl.arange(0, SPLIT_BLOCK)", "kmask = kk < NSPLIT"]
     env: dict[str, str] = {}
     for r in done:
         if r.welford is None:
             j = idx[r.name]
-            L.append(f"p_{r.name} = tl.load({_ws(j, 'kk')}, mask=kmask, other={_IDENT[r.red]})")
+            L.append(f"p_{r.name} = tl.load({_ws(j, 'kk')}, mask=kmask, other={_IDENT[r.red]}{mod})")
             L.append(f"s_{r.name} = {_RED_FN[r.red]}(p_{r.name}, 0)")
             env[r.name] = f"s_{r.name}"
     wel = [r for r in done if r.welford is not None]
@@ -619,7 +629,7 @@ def _combine(done: list[DNode], idx: dict[str, int]) -> tuple[list[str], dict[st
         pair = r.welford[1]
         j = idx[r.name]
         L += [
-            f"p_{r.name} = tl.load({_ws(j, 'kk')}, mask=kmask, other=0.0)",
+            f"p_{r.name} = tl.load({_ws(j, 'kk')}, mask=kmask, other=0.0{mod})",
             f"dm_{r.name} = p_{pair} / n_k - s_{pair} / R",
             f"s_{r.name} = tl.sum(tl.where(kmask, p_{r.name} + n_k * dm_{r.name} * dm_{r.name}, 0.0), 0)",
         ]
@@ -641,14 +651,17 @@ def _values(
     return lines, env
 
 
-def _split_pass_kernel(plan: RowPlan, sig: str, p: int, lv: dict[str, int], idx: dict[str, int]) -> str:
+def _split_pass_body(
+    plan: RowPlan, p: int, lv: dict[str, int], idx: dict[str, int], ordered: bool = False
+) -> list[str]:
+    """Pass `p` of a chunk (`row`, `sid`, [lo, hi)): its reductions' partials into the workspace."""
     reds = [d for d in plan.nodes if d.kind == "red"]
     cur = [d for d in reds if lv[d.name] == p]
     wel = [d for d in cur if d.welford is not None]
     pairs = {d.welford[1] for d in wel if d.welford is not None}
     plain = [d for d in cur if d.welford is None and d.name not in pairs]
-    cl, stats = _combine([d for d in reds if lv[d.name] < p], idx)
-    L = [*_SPLIT_HEAD, *cl]
+    cl, stats = _combine([d for d in reds if lv[d.name] < p], idx, cg=ordered)
+    L = list(cl)
     for r in plain:
         L.append(f"acc_{r.name} = tl.full([BLOCK_N], {_IDENT[r.red]}, tl.float32)")
     srcs = [w.welford[0] for w in wel if w.welford is not None]
@@ -700,18 +713,69 @@ def _split_pass_kernel(plan: RowPlan, sig: str, p: int, lv: dict[str, int], idx:
             f"tl.store({_ws(idx[pair], 'sid')}, s1_{w.name} + n_c * c_{w.name})",
             f"tl.store({_ws(idx[w.name], 'sid')}, tl.maximum(s2_{w.name} - s1_{w.name} * s1_{w.name} / n_c, 0.0))",
         ]
-    return jit_source(f"rn_split_pass{p}_kernel", sig, L)
+    return L
 
 
-def _split_out_kernel(plan: RowPlan, sig: str, idx: dict[str, int]) -> str:
-    cl, stats = _combine([d for d in plan.nodes if d.kind == "red"], idx)
+def _split_out_body(plan: RowPlan, idx: dict[str, int], ordered: bool = False) -> list[str]:
+    """The output pass of a chunk: every reduction's partials combined, the chunk written."""
+    cl, stats = _combine([d for d in plan.nodes if d.kind == "red"], idx, cg=ordered)
 
     def out_body(masked: bool) -> list[str]:
         body, env = _values(plan, [plan.out], stats, masked, rb="rb")
         return [*body, _store(plan, env[plan.out], "row", "mask" if masked else None, rb="rb")]
 
-    L = [*_SPLIT_HEAD, *cl, *_chunks("lo", "hi", out_body)]
-    return jit_source("rn_split_out_kernel", sig, L)
+    return [*cl, *_chunks("lo", "hi", out_body)]
+
+
+# The ordered split-row kernel: one launch whose programs take tickets from cnt_ptr[0] and map
+# them row by row, a row's pass-1 programs, then its pass-2 programs, ..., then its output
+# programs. A program of pass p > 1 waits until cnt_ptr[1 + row * PASSES + p - 2] counts every
+# chunk of pass p - 1 (each chunk's partials stored, then counted with release semantics; the
+# count read with acquire). Tickets make a program wait only for programs that took theirs
+# earlier and so already run: no deadlock whatever order the hardware starts programs in. A
+# chunk's later passes follow its first read within about a row's worth of traffic, so with
+# chunks small enough that a row's programs fill about one wave, they re-read it from L2, not
+# HBM: the split-row algorithm's passes cost one HBM read instead of one per pass.
+_ORDERED_HEAD = [
+    "t = tl.atomic_add(cnt_ptr, 1)",
+    "row = (t // (NPHASE * NSPLIT)).to(tl.int64)",
+    "k = t % (NPHASE * NSPLIT)",
+    "ph = k // NSPLIT",
+    "sid = k % NSPLIT",
+    "base = (row // inner) * R * inner + row % inner",
+    "lo = sid * CH",
+    "hi = tl.minimum(R, lo + CH)",
+    "cols0 = tl.arange(0, BLOCK_N)",
+]
+
+
+def _wait_pass(passes: int, p: int) -> list[str]:
+    """Lines that wait until every chunk of pass `p` (1-based) of `row` is counted."""
+    cnt = f"cnt_ptr + 1 + row * {passes} + {p - 1}"
+    return [
+        f"done = tl.atomic_add({cnt}, 0, sem='acquire')",
+        "while done < NSPLIT:",
+        f"    done = tl.atomic_add({cnt}, 0, sem='acquire')",
+    ]
+
+
+def _split_ordered_kernel(
+    plan: RowPlan, sig: str, passes: int, lv: dict[str, int], idx: dict[str, int]
+) -> str:
+    L = list(_ORDERED_HEAD)
+    for p in range(1, passes + 1):
+        body = _wait_pass(passes, p - 1) if p > 1 else []
+        body += _split_pass_body(plan, p, lv, idx, ordered=True)
+        body += [
+            "tl.debug_barrier()  # every thread's partials stored before they are counted",
+            f"tl.atomic_add(cnt_ptr + 1 + row * {passes} + {p - 1}, 1, sem='release')",
+        ]
+        L += [f"{'if' if p == 1 else 'elif'} ph == {p - 1}:", *("    " + x for x in body)]
+    L += [
+        "else:",
+        *("    " + x for x in [*_wait_pass(passes, passes), *_split_out_body(plan, idx, ordered=True)]),
+    ]
+    return jit_source("rn_split_ordered_kernel", sig + ", NPHASE: tl.constexpr", L)
 
 
 def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> tuple[list[str], list[str]]:
@@ -725,14 +789,33 @@ def _split_launch(plan: RowPlan, params: dict[str, Any], args: str, kw: str) -> 
     parts += ["ws_ptr", "rows", "CH", "NSPLIT"]
     parts += [f"l_{lf.name}_MODE: tl.constexpr" for lf in plan.leaves]
     parts += ["SPLIT_BLOCK: tl.constexpr", "ALIGN: tl.constexpr", "BLOCK_N: tl.constexpr"]
-    sig = ", ".join(parts)
-    kernels = [_split_pass_kernel(plan, sig, p, lv, idx) for p in range(1, passes + 1)]
-    kernels.append(_split_out_kernel(plan, sig, idx))
     block, warps, per_sm = (
         int(params["BLOCK_N"]),
         int(params["num_warps"]),
         int(params.get("PROGS_PER_SM", 8)),
     )
+    order_ch = int(params.get("ORDER_CH", 0))
+    if order_ch:
+        sig = ", ".join([*parts[: parts.index("NSPLIT") + 1], "cnt_ptr", *parts[parts.index("NSPLIT") + 1 :]])
+        L = [
+            f"    block = max(16, min({block}, triton.next_power_of_2(R)))",
+            # chunks of about ORDER_CH elements (whole tiles), at most 4096 a row
+            f"    ch = max(triton.cdiv({order_ch}, block), triton.cdiv(R, 4096 * block)) * block",
+            "    split = triton.cdiv(R, ch)",
+            f"    ws = torch.empty(({len(reds)}, rows, split), device=out.device, dtype=torch.float32)",
+            f"    cnt = torch.zeros(1 + rows * {passes}, device=out.device, dtype=torch.int32)",
+            f"    rn_split_ordered_kernel[(rows * {passes + 1} * split,)]({args}, ws, rows, ch, split, cnt, "
+            f"{kw}SPLIT_BLOCK=triton.next_power_of_2(split), ALIGN=align, BLOCK_N=block, NPHASE={passes + 1}, "
+            f"num_warps={warps})",
+            "    return out",
+        ]
+        return [_split_ordered_kernel(plan, sig, passes, lv, idx)], L
+    sig = ", ".join(parts)
+    kernels = [
+        jit_source(f"rn_split_pass{p}_kernel", sig, [*_SPLIT_HEAD, *_split_pass_body(plan, p, lv, idx)])
+        for p in range(1, passes + 1)
+    ]
+    kernels.append(jit_source("rn_split_out_kernel", sig, [*_SPLIT_HEAD, *_split_out_body(plan, idx)]))
     L = [
         "    sms = torch.cuda.get_device_properties(out.device).multi_processor_count if out.is_cuda else 4",
         f"    block = max(16, min({block}, triton.next_power_of_2(R)))",
