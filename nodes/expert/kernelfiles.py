@@ -54,3 +54,37 @@ COLUMN_TILE_HEAD = [
     "rr = tl.arange(0, BLOCK_R)",
     "base = o * R * inner",
 ]
+
+
+# Ordered split rows: one launch whose programs take tickets from cnt_ptr[0] and map them row
+# by row onto `phases` phases of NSPLIT chunks each (a row's phase-0 chunks, then its phase-1
+# chunks, ...): `row` (int64), `k` (the index within the row), `sid` (the chunk). A program of a
+# later phase waits on a count of the phase before (ticket_wait), which every chunk of that phase
+# bumps once its partials are stored (ticket_count). Tickets, not program ids, order the work: a
+# program only ever waits for programs that took their tickets earlier, so already run, whatever
+# order the hardware starts programs in. Partials of the same launch must be read past L1
+# (cache_modifier '.cg'): a line cached for a neighbouring row may be stale.
+def ticket_head(phases: int | str) -> list[str]:
+    return [
+        "t = tl.atomic_add(cnt_ptr, 1)",
+        f"row = (t // ({phases} * NSPLIT)).to(tl.int64)",
+        f"k = t % ({phases} * NSPLIT)",
+        "sid = k % NSPLIT",
+    ]
+
+
+def ticket_count(cnt: str) -> list[str]:
+    """Count this chunk's partials (stored by any thread of the program) in `cnt`."""
+    return [
+        "tl.debug_barrier()  # every thread's partials stored before they are counted",
+        f"tl.atomic_add({cnt}, 1, sem='release')",
+    ]
+
+
+def ticket_wait(cnt: str) -> list[str]:
+    """Wait until `cnt` counts all NSPLIT chunks of the phase before."""
+    return [
+        f"done = tl.atomic_add({cnt}, 0, sem='acquire')",
+        "while done < NSPLIT:",
+        f"    done = tl.atomic_add({cnt}, 0, sem='acquire')",
+    ]

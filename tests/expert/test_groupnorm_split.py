@@ -10,6 +10,7 @@ from expert_helpers import request
 
 from graph.records import TaskSpec
 from nodes.expert import ExpertCode
+from nodes.expert.code import plan_for
 from nodes.expert.families import groupnorm as gnfam
 
 toolbox = pytest.importorskip("tools.toolbox")
@@ -85,3 +86,23 @@ def test_many_chunks_per_row_fold_correctly():
     assert first.source.count(call) == 1, first.source[-600:]
     chk = tb.check(task, first.source.replace(call, ", 256, 4, 16)"), policy="mixed")
     assert chk.accepted, chk.reasons
+
+
+def test_ordered_one_launch_verifies_with_many_chunks_a_row():
+    # ORDER_CH 600 over 256-element tiles: chunks of 768, 23 a row (the last ragged); a row's
+    # apply programs wait on the count of its statistics programs, in one launch
+    tb = toolbox.Toolbox()
+    task = TaskSpec(path="gn_long.py", name="gn_long", source=TASK)
+    desc = tb.describe(task, shrink=False)
+    first = _seeds(desc, 1)[0]
+    unit = plan_for(desc).units[0]
+    assert unit.fam is gnfam and gnfam.space(unit.plan, first.params, "memory", {})["ORDER_CH"]
+    params = dict(first.params, ORDER_CH=600, BLOCK_N=256, num_warps=4)
+    src = gnfam.generate(desc, unit.view, unit.plan, params)
+    assert "gn_stats_kernel" not in src and "gn_ordered_kernel[(rows * 2 * split,)]" in src
+    assert src.count("sem='release')") == 1 and src.count("cache_modifier='.cg'") == 2
+    comp = tb.compile(task, src)
+    assert comp.ok and [k.name for k in comp.kernels] == ["gn_ordered_kernel"], comp
+    chk = tb.check(task, src, policy="mixed")
+    assert chk.accepted, chk.reasons
+    assert len(chk.shapes_checked) >= 2, chk.shapes_checked

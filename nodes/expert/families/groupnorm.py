@@ -14,7 +14,9 @@ Algorithms:
                       first element s, so long rows do not cancel), then one pass that folds the
                       row's chunk sums into mean and 1 / std and writes its chunk normalised:
                       the input is read twice and the output written once (first for rows longer
-                      than SPLIT_MIN_R, which no longer stay in cache between the passes)
+                      than SPLIT_MIN_R, which no longer stay in cache between the passes);
+                      with ORDER_CH (memory stage) both passes are one ticket-ordered launch, a
+                      row's apply chunks right after its statistics chunks (the re-read from L2)
   group-rows-two-pass one program per row: mean, then squared deviations around it, then the
                       write (three reads: exact variance, best for short rows that stay cached)
 """
@@ -29,7 +31,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, flit, is_node
-from ..kernelfiles import jit_source
+from ..kernelfiles import jit_source, ticket_count, ticket_head, ticket_wait
 
 
 @dataclass
@@ -127,7 +129,7 @@ def algorithms(plan: GnPlan) -> list[str]:
 def defaults(plan: GnPlan, algorithm: str) -> dict[str, Any]:
     if algorithm == SPLIT:
         # 8 programs per SM keep enough 16-byte loads in flight for the bandwidth roof
-        return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8}
+        return {"BLOCK_N": 4096, "num_warps": 8, "PROGS_PER_SM": 8, "ORDER_CH": 0}
     return {"BLOCK_N": 2048, "num_warps": 8}
 
 
@@ -136,7 +138,8 @@ def space(plan: GnPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
         return {
             "mapping": {"PROGS_PER_SM": [4, 16, 2]},
             "tiling": {"BLOCK_N": [2048, 8192, 1024]},
-            "memory": {"num_warps": [4, 16]},
+            # the ordered one-launch variant (chunk sizes): the apply pass re-reads from L2
+            "memory": {"num_warps": [4, 16], "ORDER_CH": [16384, 8192]},
         }.get(stage, {})
     return {"tiling": {"BLOCK_N": [4096, 1024]}, "memory": {"num_warps": [4, 16]}}.get(stage, {})
 
@@ -217,58 +220,86 @@ def launch_group_norm(x, groups, eps, w, b, block_n, warps):
 )
 
 
-def _split_kernels(plan: GnPlan) -> str:
-    head = [
-        "row = tl.program_id(0).to(tl.int64)",
-        "sid = tl.program_id(1)",
-        "base = row * R",
-        "lo = sid * CH",
-        "hi = tl.minimum(R, lo + CH)",
-        "cols0 = tl.arange(0, BLOCK_N)",
-        # the row's first element: sums around it do not cancel on long rows of large values
-        "shift = tl.load(x_ptr + base).to(tl.float32)",
-    ]
-    stats = [
-        *head,
-        "a1 = tl.zeros([BLOCK_N], dtype=tl.float32)",
-        "a2 = tl.zeros([BLOCK_N], dtype=tl.float32)",
-        "for start in range(lo, hi, BLOCK_N):",
-        "    cols = start + cols0",
-        "    mask = cols < hi",
-        "    d = tl.where(mask, tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)",
-        "    a1 += d",
-        "    a2 += d * d",
-        "tl.store(ws_ptr + row * NSPLIT + sid, tl.sum(a1, 0))",
-        "tl.store(ws_ptr + (ROWS + row) * NSPLIT + sid, tl.sum(a2, 0))",
-    ]
-    apply = [
-        *head,
+_SPLIT_ROW = [
+    "base = row * R",
+    "lo = sid * CH",
+    "hi = tl.minimum(R, lo + CH)",
+    "cols0 = tl.arange(0, BLOCK_N)",
+    # the row's first element: sums around it do not cancel on long rows of large values
+    "shift = tl.load(x_ptr + base).to(tl.float32)",
+]
+_STATS = [
+    "a1 = tl.zeros([BLOCK_N], dtype=tl.float32)",
+    "a2 = tl.zeros([BLOCK_N], dtype=tl.float32)",
+    "for start in range(lo, hi, BLOCK_N):",
+    "    cols = start + cols0",
+    "    mask = cols < hi",
+    "    d = tl.where(mask, tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32) - shift, 0.0)",
+    "    a1 += d",
+    "    a2 += d * d",
+    "tl.store(ws_ptr + row * NSPLIT + sid, tl.sum(a1, 0))",
+    "tl.store(ws_ptr + (ROWS + row) * NSPLIT + sid, tl.sum(a2, 0))",
+]
+
+
+def _apply(plan: GnPlan, cg: bool) -> list[str]:
+    """Fold the row's chunk sums into mean and 1 / std, write the chunk. `cg`: partials of the
+    same launch, read past L1."""
+    mod = ", cache_modifier='.cg'" if cg else ""
+    return [
         "g = row % G",
         "kk = tl.arange(0, SPLIT_BLOCK)",
         "kmask = kk < NSPLIT",
-        "s1 = tl.sum(tl.load(ws_ptr + row * NSPLIT + kk, mask=kmask, other=0.0), 0) / R",
-        "s2 = tl.sum(tl.load(ws_ptr + (ROWS + row) * NSPLIT + kk, mask=kmask, other=0.0), 0) / R",
+        f"s1 = tl.sum(tl.load(ws_ptr + row * NSPLIT + kk, mask=kmask, other=0.0{mod}), 0) / R",
+        f"s2 = tl.sum(tl.load(ws_ptr + (ROWS + row) * NSPLIT + kk, mask=kmask, other=0.0{mod}), 0) / R",
         "mean = shift + s1",
         "rstd = 1.0 / tl.sqrt(tl.maximum(s2 - s1 * s1, 0.0) + eps)",
         *_write_loop("lo", "hi", plan),
     ]
-    ssig = "x_ptr, ws_ptr, R, ROWS, CH, NSPLIT, BLOCK_N: tl.constexpr"
-    asig = (
-        "x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, G, CPG, HW, R, ROWS, CH, NSPLIT, eps, "
-        "HAS_W: tl.constexpr, SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr"
-    )
-    return jit_source("gn_stats_kernel", ssig, stats) + "\n\n" + jit_source("gn_apply_kernel", asig, apply)
 
+
+_ASIG = (
+    "x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, G, CPG, HW, R, ROWS, CH, NSPLIT, eps, "
+    "HAS_W: tl.constexpr, SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr"
+)
+
+
+def _split_kernels(plan: GnPlan) -> str:
+    head = ["row = tl.program_id(0).to(tl.int64)", "sid = tl.program_id(1)", *_SPLIT_ROW]
+    ssig = "x_ptr, ws_ptr, R, ROWS, CH, NSPLIT, BLOCK_N: tl.constexpr"
+    return (
+        jit_source("gn_stats_kernel", ssig, [*head, *_STATS])
+        + "\n\n"
+        + jit_source("gn_apply_kernel", _ASIG, [*head, *_apply(plan, cg=False)])
+    )
+
+
+def _ordered_kernel(plan: GnPlan) -> str:
+    """Both passes in one ticket-ordered launch (kernelfiles.ticket_head): a row's statistics
+    chunks, then its apply chunks, which wait on the row's count and re-read their chunk from L2."""
+    L = [*ticket_head(2), *_SPLIT_ROW, "if k < NSPLIT:"]
+    L += ["    " + x for x in [*_STATS, *ticket_count("cnt_ptr + 1 + row")]]
+    L += ["else:", *("    " + x for x in [*ticket_wait("cnt_ptr + 1 + row"), *_apply(plan, cg=True)])]
+    return jit_source("gn_ordered_kernel", _ASIG.replace("ws_ptr, ", "ws_ptr, cnt_ptr, "), L)
+
+
+_ROWS = (
+    PREP
+    + """
+def gn_rows(x, groups, w, b, block_n):
+    x, out, w, b, has_w, N, C, HW = gn_prepare(x, groups, w, b)
+    rows, R = N * groups, (C // groups) * HW
+    return x, out, w, b, has_w, C // groups, HW, rows, R, min(block_n, triton.next_power_of_2(max(R, 1)))
+"""
+)
 
 SPLIT_LAUNCH = (
-    PREP
+    _ROWS
     + f"""
 def launch_group_norm_split(x, groups, eps, w, b, block_n, warps, per_sm):
-    x, out, w, b, has_w, N, C, HW = gn_prepare(x, groups, w, b)
+    x, out, w, b, has_w, cpg, HW, rows, R, block = gn_rows(x, groups, w, b, block_n)
     if out.numel() == 0:
         return out
-    rows, R = N * groups, (C // groups) * HW
-    block = min(block_n, triton.next_power_of_2(R))
     # chunks per row: enough programs for per_sm per SM, each chunk whole tiles
     want = max(1, min({MAX_SPLIT}, triton.cdiv(per_sm * _sm_count(x), rows), triton.cdiv(R, block)))
     ch = triton.cdiv(triton.cdiv(R, want), block) * block
@@ -276,7 +307,7 @@ def launch_group_norm_split(x, groups, eps, w, b, block_n, warps, per_sm):
     ws = torch.empty((2, rows, split), device=x.device, dtype=torch.float32)
     grid = (rows, split)
     gn_stats_kernel[grid](x, ws, R, rows, ch, split, BLOCK_N=block, num_warps=warps)
-    gn_apply_kernel[grid](x, w, b, out, ws, groups, C // groups, HW, R, rows, ch, split, eps, HAS_W=has_w,
+    gn_apply_kernel[grid](x, w, b, out, ws, groups, cpg, HW, R, rows, ch, split, eps, HAS_W=has_w,
                           SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=block, num_warps=warps)
     return out
 
@@ -288,10 +319,36 @@ def _sm_count(x):
 """
 )
 
+ORDERED_LAUNCH = (
+    _ROWS
+    + f"""
+def launch_group_norm_ordered(x, groups, eps, w, b, block_n, warps, order_ch):
+    x, out, w, b, has_w, cpg, HW, rows, R, block = gn_rows(x, groups, w, b, block_n)
+    if out.numel() == 0:
+        return out
+    # chunks of about order_ch elements (whole tiles), at most {MAX_SPLIT} a row
+    ch = max(triton.cdiv(order_ch, block), triton.cdiv(R, {MAX_SPLIT} * block)) * block
+    split = triton.cdiv(R, ch)
+    ws = torch.empty((2, rows, split), device=x.device, dtype=torch.float32)
+    cnt = torch.zeros(1 + rows, device=x.device, dtype=torch.int32)
+    gn_ordered_kernel[(rows * 2 * split,)](x, w, b, out, ws, cnt, groups, cpg, HW, R, rows, ch, split, eps,
+                                           HAS_W=has_w, SPLIT_BLOCK=triton.next_power_of_2(split),
+                                           BLOCK_N=block, num_warps=warps)
+    return out
+"""
+)
+
 
 def generate(desc: TaskDescription, view: GraphView, plan: GnPlan, params: dict[str, Any]) -> str:
     w = plan.weight or "None"
     b = plan.bias or "None"
+    if params["algorithm"] == SPLIT and params.get("ORDER_CH"):
+        call = (
+            f"return launch_group_norm_ordered({plan.x_expr}, {plan.groups}, {plan.eps}, {w}, {b}, "
+            f"{int(params['BLOCK_N'])}, {int(params['num_warps'])}, {int(params['ORDER_CH'])})"
+        )
+        doc = f"EGG expert: groupnorm family, algorithm {SPLIT}, ticket-ordered (one launch)."
+        return assemble(desc, ewops.HELPERS + "\n\n" + _ordered_kernel(plan), ORDERED_LAUNCH, call, doc)
     if params["algorithm"] == SPLIT:
         call = (
             f"return launch_group_norm_split({plan.x_expr}, {plan.groups}, {plan.eps}, {w}, {b}, "

@@ -10,7 +10,7 @@ dependency levels (the variance needs the mean first):
   split-row   few long rows: each row split into chunks over many programs, a launch per level
               writing chunk partials, then one that combines them and writes; with ORDER_CH
               (memory stage) a single ticket-ordered launch instead, whose later passes find a
-              chunk in L2 (_ORDERED_HEAD)
+              chunk in L2 (kernelfiles.ticket_head)
 Operands: full-shape tensors, per-column tensors (weights over the normalised dims), per-row
 tensors, and one-element tensors, classified at launch.
 
@@ -33,7 +33,7 @@ from graph.records import OpNode, TaskDescription
 
 from .. import ewops
 from ..graphview import GraphView, Leaf, Unsupported, arg_value, assemble, flit, is_node
-from ..kernelfiles import jit_source
+from ..kernelfiles import jit_source, ticket_count, ticket_head, ticket_wait
 from ..spaces import next_pow2
 
 WHOLE_ROW_MAX = 16384
@@ -727,54 +727,34 @@ def _split_out_body(plan: RowPlan, idx: dict[str, int], ordered: bool = False) -
     return [*cl, *_chunks("lo", "hi", out_body)]
 
 
-# The ordered split-row kernel: one launch whose programs take tickets from cnt_ptr[0] and map
-# them row by row, a row's pass-1 programs, then its pass-2 programs, ..., then its output
-# programs. A program of pass p > 1 waits until cnt_ptr[1 + row * PASSES + p - 2] counts every
-# chunk of pass p - 1 (each chunk's partials stored, then counted with release semantics; the
-# count read with acquire). Tickets make a program wait only for programs that took theirs
-# earlier and so already run: no deadlock whatever order the hardware starts programs in. A
-# chunk's later passes follow its first read within about a row's worth of traffic, so with
-# chunks small enough that a row's programs fill about one wave, they re-read it from L2, not
-# HBM: the split-row algorithm's passes cost one HBM read instead of one per pass.
-_ORDERED_HEAD = [
-    "t = tl.atomic_add(cnt_ptr, 1)",
-    "row = (t // (NPHASE * NSPLIT)).to(tl.int64)",
-    "k = t % (NPHASE * NSPLIT)",
-    "ph = k // NSPLIT",
-    "sid = k % NSPLIT",
-    "base = (row // inner) * R * inner + row % inner",
-    "lo = sid * CH",
-    "hi = tl.minimum(R, lo + CH)",
-    "cols0 = tl.arange(0, BLOCK_N)",
-]
-
-
-def _wait_pass(passes: int, p: int) -> list[str]:
-    """Lines that wait until every chunk of pass `p` (1-based) of `row` is counted."""
-    cnt = f"cnt_ptr + 1 + row * {passes} + {p - 1}"
-    return [
-        f"done = tl.atomic_add({cnt}, 0, sem='acquire')",
-        "while done < NSPLIT:",
-        f"    done = tl.atomic_add({cnt}, 0, sem='acquire')",
-    ]
+# The ordered split-row kernel (kernelfiles.ticket_head): a row's pass-1 programs, then its
+# pass-2 programs, ..., then its output programs, in one launch; pass p > 1 waits on the count of
+# pass p - 1 in cnt_ptr[1 + row * PASSES + p - 2]. A chunk's later passes follow its first read
+# within about a row's worth of traffic, so with chunks small enough that a row's programs fill
+# about one wave, they re-read it from L2, not HBM: the passes cost one HBM read, not one each.
+def _pass_count(passes: int, p: int) -> str:
+    """The counter of pass `p` (1-based) of `row`."""
+    return f"cnt_ptr + 1 + row * {passes} + {p - 1}"
 
 
 def _split_ordered_kernel(
     plan: RowPlan, sig: str, passes: int, lv: dict[str, int], idx: dict[str, int]
 ) -> str:
-    L = list(_ORDERED_HEAD)
-    for p in range(1, passes + 1):
-        body = _wait_pass(passes, p - 1) if p > 1 else []
-        body += _split_pass_body(plan, p, lv, idx, ordered=True)
-        body += [
-            "tl.debug_barrier()  # every thread's partials stored before they are counted",
-            f"tl.atomic_add(cnt_ptr + 1 + row * {passes} + {p - 1}, 1, sem='release')",
-        ]
-        L += [f"{'if' if p == 1 else 'elif'} ph == {p - 1}:", *("    " + x for x in body)]
-    L += [
-        "else:",
-        *("    " + x for x in [*_wait_pass(passes, passes), *_split_out_body(plan, idx, ordered=True)]),
+    L = [
+        *ticket_head("NPHASE"),
+        "ph = k // NSPLIT",
+        "base = (row // inner) * R * inner + row % inner",
+        "lo = sid * CH",
+        "hi = tl.minimum(R, lo + CH)",
+        "cols0 = tl.arange(0, BLOCK_N)",
     ]
+    for p in range(1, passes + 1):
+        body = ticket_wait(_pass_count(passes, p - 1)) if p > 1 else []
+        body += _split_pass_body(plan, p, lv, idx, ordered=True)
+        body += ticket_count(_pass_count(passes, p))
+        L += [f"{'if' if p == 1 else 'elif'} ph == {p - 1}:", *("    " + x for x in body)]
+    body = [*ticket_wait(_pass_count(passes, passes)), *_split_out_body(plan, idx, ordered=True)]
+    L += ["else:", *("    " + x for x in body)]
     return jit_source("rn_split_ordered_kernel", sig + ", NPHASE: tl.constexpr", L)
 
 
