@@ -42,6 +42,11 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     ),
     # two passes before the output (a maximum of deviations from the mean): two counted passes
     "rows_two_pass_ordered": ("ROW_DEV_MAX", {}, "rownorm", "split-row"),
+    # the ordered online softmax: 40 chunks of 512 a row (the last ragged, rows not 16-aligned),
+    # a scale, a mask aux and a masked run of whole chunks before it, a scale and a shift after
+    "sm_long_ordered": ("SM_LONG_MASKED", {}, "softmax", "online"),
+    # log-softmax, ORDER_CH rounded up to whole tiles (1000 -> 1024): 20 chunks a row
+    "logsm_long_ordered": ("sm02_log_softmax.py", {"ROWS": 3, "COLS": 20011}, "softmax", "online"),
     # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
     "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
     # M == 1 (one-token linear): the weight is the matrix, bias + SiLU in the reduce kernel
@@ -170,6 +175,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "convt_tail_nchw": {"CHANNELS_LAST": False},
     "ln_long_ordered": {"ORDER_CH": 256, "BLOCK_N": 256},
     "rows_two_pass_ordered": {"ORDER_CH": 512, "BLOCK_N": 128},
+    "sm_long_ordered": {"ORDER_CH": 512, "BLOCK_N": 256},
+    "logsm_long_ordered": {"ORDER_CH": 1000, "BLOCK_N": 128},
     "large_k_bsplit": {"PRECISION": "tf32x3-bsplit"},
     "mm_bsplit": {
         "PRECISION": "tf32x3-bsplit",
@@ -288,6 +295,34 @@ class Model(nn.Module):
 
 def get_inputs():
     return [torch.randn(B, K, M), torch.randn(B, K, 1), torch.randn(B, M, 1)]
+
+
+def get_init_inputs():
+    return []
+""",
+    "SM_LONG_MASKED": """
+import torch
+import torch.nn as nn
+
+B = 3
+R = 20011
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, mask):
+        y = torch.softmax((x * 0.5 + 1.0).masked_fill(mask, float("-inf")), dim=-1)
+        return y * 3.0 - 0.25
+
+
+def get_inputs():
+    mask = torch.rand(B, R) < 0.3
+    # whole chunks masked, and chunks whose first tiles are all -inf before finite ones
+    mask[:, 700:3000] = True
+    mask[:, 0] = False
+    return [torch.randn(B, R) * 4.0, mask]
 
 
 def get_init_inputs():
@@ -479,6 +514,37 @@ def test_rownorm_ordered_split_is_one_launch_counting_each_pass(case, passes, re
     assert src.count("cache_modifier='.cg'") == src.count("tl.load(ws_ptr") > 0
     fam, plan = _plan(descs, case)
     assert fam.space(plan, results[case]["reply"].params, "memory", {})["ORDER_CH"]
+
+
+@pytest.mark.parametrize("case", ["sm_long_ordered", "logsm_long_ordered"])
+def test_softmax_ordered_is_one_launch_of_counted_chunks(case, results, descs):
+    src = results[case]["reply"].source
+    assert "sm_ordered_kernel[(outer * 2 * split,)]" in src
+    kern = src[src.index("def sm_ordered_kernel(") :]
+    kern = kern[: kern.index("\n\n\n")]
+    # partials counted once (release), the output programs wait on the count (acquire)
+    assert kern.count("sem='release')") == 1 and kern.count("while done < NSPLIT:") == 1
+    assert kern.count("sem='acquire')") == 2
+    # the partials of the same launch are read past L1
+    assert kern.count("cache_modifier='.cg'") == kern.count("tl.load(ws_ptr") == 2
+    row = src[src.index("def sm_row_kernel(") :]
+    row = row[: row.index("\n\n\n")]
+    # the prologue's loads (both passes), the epilogue and the stores as the row kernel has them
+    lines = [ln.strip() for ln in row.splitlines()]
+    fused = [ln for ln in lines if ln.startswith(("e_", "tl.store(out_ptr")) or "tl.load(a_" in ln]
+    assert len(fused) >= (10 if case == "sm_long_ordered" else 2), fused
+    assert set(fused) <= {ln.strip() for ln in kern.splitlines()}, fused
+    fam, plan = _plan(descs, case)
+    params = results[case]["reply"].params
+    assert fam.space(plan, params, "memory", {})["ORDER_CH"] == [16384, 8192]
+    off = dict(params, ORDER_CH=0)
+    assert "sm_ordered_kernel" not in fam.generate(
+        descs[case], plan_for(descs[case]).units[0].view, plan, off
+    )
+    # not for short rows, nor a middle dim, nor another algorithm
+    assert "ORDER_CH" not in fam.space(dataclasses.replace(plan, row_len=4096), off, "memory", {})
+    assert "ORDER_CH" not in fam.space(dataclasses.replace(plan, inner=7), off, "memory", {})
+    assert fam.valid(plan, dict(params, algorithm="three-pass")) is not None
 
 
 def test_presplit_offered_where_the_split_is_cheap_next_to_the_gemm(descs, results):

@@ -1,7 +1,9 @@
 """Softmax / log-softmax over any dim, with scalar elementwise prologue/epilogue fused in.
 
 Last-dim reductions (inner == 1 at run time) use a row kernel whose algorithm is the seed:
-  online      one pass keeping a running max and rescaled sum, one pass to write (2 reads)
+  online      one pass keeping a running max and rescaled sum, one pass to write (2 reads); with
+              ORDER_CH (memory stage, few long rows) one ticket-ordered launch over chunks of the
+              rows instead, whose write pass finds its chunk in L2 (_ordered_kernel)
   whole-row   the row lives in registers: one read, one write (short rows; long rows at run time
               go to the online kernel, which the file also contains)
   three-pass  max, then sum, then write (3 reads; the simplest, and the safest fallback)
@@ -20,6 +22,7 @@ from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
 from ..kernelfiles import COLUMN_TILE_HEAD, jit_source
+from ..spaces import distinct_launches, next_pow2
 
 WHOLE_ROW_MAX = 16384  # beyond this a register-resident row spills; the launcher uses online
 
@@ -112,6 +115,9 @@ def defaults(plan: SmPlan, algorithm: str) -> dict[str, Any]:
         # BLOCK_I columns per program (a cap: narrower tensors take their power of two), warps of
         # the column kernels; BLOCK_N sizes only the row kernel kept for a last dim at run time
         return {"ROWS": 1, "BLOCK_N": 4096, "BLOCK_I": 128, "num_warps": 4}
+    if algorithm == "online":
+        # ORDER_CH 0: one program a row (sm_row_kernel); > 0 the ordered launch (_ordered_kernel)
+        return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "ORDER_CH": 0}
     return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8}
 
 
@@ -125,7 +131,21 @@ def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
     bi = params.get("BLOCK_I", 128)
     if not isinstance(bi, int) or bi < 16 or bi & (bi - 1):
         return "BLOCK_I must be a power of two >= 16"
+    oc = params.get("ORDER_CH", 0)
+    if not isinstance(oc, int) or oc < 0:
+        return "ORDER_CH must be an int >= 0"
+    if oc and params["algorithm"] != "online":
+        return "ORDER_CH applies to the online algorithm only"
     return None
+
+
+def _order_chunk(order_ch: int, block_n: int, row_len: int) -> int:
+    """The chunk the launcher makes of ORDER_CH on rows of `row_len` (0: off): whole tiles of
+    the row kernel's block, at most 4096 chunks a row."""
+    if not order_ch:
+        return 0
+    block = max(16, min(block_n, next_pow2(row_len)))
+    return max(-(-order_ch // block), -(-row_len // (4096 * block))) * block
 
 
 def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list]) -> dict[str, list]:
@@ -143,6 +163,16 @@ def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
             sp["num_warps"] = [8, 2]
     else:
         sp.pop("ROWS", None)
+        if params["algorithm"] == "online" and stage == "memory" and plan.inner == 1:
+            if plan.row_len > WHOLE_ROW_MAX:
+                # few long rows: the ordered one-launch variant (the write pass reads its chunk
+                # from L2), by chunk size; values the launcher makes the same chunk of are left out
+                block, r = int(params.get("BLOCK_N", 4096)), plan.row_len
+                sp["ORDER_CH"] = distinct_launches(
+                    [16384, 8192],
+                    int(params.get("ORDER_CH", 0)),
+                    lambda v: _order_chunk(v, block, r),
+                )
     return sp
 
 
@@ -155,6 +185,7 @@ def refinements(plan: SmPlan, params: dict[str, Any]) -> list[tuple[str, dict[st
         p = dict(params, algorithm="whole-row")
         p.update(defaults(plan, "whole-row"))
         p.pop("BLOCK_N", None)
+        p.pop("ORDER_CH", None)
         out.append(("refine:row-in-registers", p, "the row fits in registers: read it once"))
     return out
 
@@ -212,11 +243,50 @@ def _normalize(plan: SmPlan, xvar: str, m: str, d: str) -> str:
     return f"{xvar} - {m} - tl.log({d})" if plan.log else f"tl.exp({xvar} - {m}) / {d}"
 
 
+def _chunk(plan: SmPlan, tag: str, step: list[str], store: bool, ev: str) -> list[str]:
+    """The tile of BLOCK_N elements at `start` of the range [lo, hi), whole (unmasked) or cut by
+    the range's ends (masked): loaded, prologue applied, then `step`; `store`: normalised with
+    `m` and `d`, epilogue applied and stored."""
+    epi, last = _epi(plan, "y", "")
+    out = ["offs = tl.multiple_of(start, 16) + cols", "if (start >= lo) & (start + BLOCK_N <= hi):"]
+    for masked in (False, True):
+        mk = "mask" if masked else None
+        sm = ", mask=mask" if masked else ""
+        body = ["mask = (offs >= lo) & (offs < hi)"] if masked else []
+        other = ", other=0.0" if masked else ""
+        body.append(f"x = tl.load(x_ptr + offs{sm}{other}{ev}).to(tl.float32)")
+        body += _pro(plan, "x", mk, tag + ("m" if masked else "w"), "offs")
+        body += step
+        if store:
+            body += [
+                f"y = {_normalize(plan, 'x', 'm', 'd')}",
+                *epi,
+                f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty){sm})",
+            ]
+        out += _ind(body, 4)
+        if not masked:
+            out.append("else:")
+    return out
+
+
+def _tiles(plan: SmPlan, tag: str, step: list[str], store: bool, ev: str) -> list[str]:
+    """A loop over [lo, hi) in tiles of BLOCK_N. The tiles start at 16-element boundaries of the
+    whole tensor (from `first`), not of the range, and only a tile the range's ends cut is
+    masked: with a row length that is not a multiple of 16, range-relative masked tiles would
+    make every load and store scalar (Triton vectorizes only accesses it can prove aligned and
+    unmasked in 4s)."""
+    return ["for start in range(first, hi, BLOCK_N):", *_ind(_chunk(plan, tag, step, store, ev), 4)]
+
+
+_ONLINE_STEP = [
+    "m_new = tl.maximum(m, tl.max(x, 0))",
+    "d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)",
+    "m = m_new",
+]
+
+
 def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
-    """Rows streamed in chunks of BLOCK_N. Chunks start at 16-element boundaries of the whole
-    tensor, not of the row, and only a chunk the row's ends cut is masked: with a row length
-    that is not a multiple of 16, row-relative masked chunks would make every load and store
-    scalar (Triton vectorizes only accesses it can prove aligned and unmasked in 4s)."""
+    """Rows streamed in tiles of BLOCK_N (_tiles), one program a row."""
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
     sig = f"x_ptr, {_aux_ptrs(plan)}out_ptr, n_cols{sargs}, BLOCK_N: tl.constexpr"
     L = [
@@ -226,63 +296,88 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
         "first = lo // 16 * 16",
         "cols = tl.arange(0, BLOCK_N)",
     ]
-    epi, last = _epi(plan, "y", "")
-
-    def chunk(tag: str, step: list[str], store: bool) -> list[str]:
-        """One chunk, whole (unmasked) or cut by the row's ends (masked), then `step`."""
-        out = ["offs = tl.multiple_of(start, 16) + cols", "if (start >= lo) & (start + BLOCK_N <= hi):"]
-        for masked in (False, True):
-            mk = "mask" if masked else None
-            sm = ", mask=mask" if masked else ""
-            body = ["mask = (offs >= lo) & (offs < hi)"] if masked else []
-            other = ", other=0.0" if masked else ""
-            body.append(f"x = tl.load(x_ptr + offs{sm}{other}{ev}).to(tl.float32)")
-            body += _pro(plan, "x", mk, tag + ("m" if masked else "w"), "offs")
-            body += step
-            if store:
-                body += [
-                    f"y = {_normalize(plan, 'x', 'm', 'd')}",
-                    *epi,
-                    f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty){sm})",
-                ]
-            out += _ind(body, 4)
-            if not masked:
-                out.append("else:")
-        return out
-
     if algo == "online":
         L += [
             "m = tl.full([], -float('inf'), tl.float32)",
             "d = tl.zeros([], dtype=tl.float32)",
-            "for start in range(first, hi, BLOCK_N):",
-            *_ind(
-                chunk(
-                    "a",
-                    [
-                        "m_new = tl.maximum(m, tl.max(x, 0))",
-                        "d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)",
-                        "m = m_new",
-                    ],
-                    False,
-                ),
-                4,
-            ),
+            *_tiles(plan, "a", _ONLINE_STEP, False, ev),
         ]
     elif algo == "three-pass":
         L += [
             "m = tl.full([], -float('inf'), tl.float32)",
-            "for start in range(first, hi, BLOCK_N):",
-            *_ind(chunk("a", ["m = tl.maximum(m, tl.max(x, 0))"], False), 4),
+            *_tiles(plan, "a", ["m = tl.maximum(m, tl.max(x, 0))"], False, ev),
             "d = tl.zeros([], dtype=tl.float32)",
-            "for start in range(first, hi, BLOCK_N):",
-            *_ind(chunk("b", ["d += tl.sum(tl.exp(x - m), 0)"], False), 4),
+            *_tiles(plan, "b", ["d += tl.sum(tl.exp(x - m), 0)"], False, ev),
         ]
     else:
         raise Unsupported(algo)
-    L += [
-        "for start in range(first, hi, BLOCK_N):",
-        *_ind(chunk("c", [], True), 4),
+    L += _tiles(plan, "c", [], True, ev)
+    return jit_source(name, sig, L)
+
+
+# The ordered online kernel: one launch over chunks of CH elements of each row. Programs take
+# tickets from cnt_ptr[0] and map them row by row: a row's NSPLIT partial programs (k < NSPLIT),
+# then its NSPLIT output programs. A partial program stores its chunk's max and sum of
+# exp(x - max) to ws (planes [2, n_rows, NSPLIT]) and counts it in cnt_ptr[1 + row] with release
+# semantics; an output program waits (acquire) until the row's count reaches NSPLIT, combines the
+# row's partials (read past L1: a line cached while another row's were read may be stale) and
+# writes its chunk. Tickets make a program wait only for programs that took theirs earlier and
+# so already run: no deadlock whatever order the hardware starts programs in. The write pass
+# follows a chunk's first read within about a row of traffic, so with chunks small enough that a
+# row's programs fill about one wave it re-reads the chunk from L2, not HBM (one program a row
+# streaming a 1.5 MB row re-reads it from HBM: the GPU's rows in flight outgrow L2).
+_ORDERED_HEAD = [
+    "t = tl.atomic_add(cnt_ptr, 1)",
+    "row = (t // (2 * NSPLIT)).to(tl.int64)",
+    "k = t % (2 * NSPLIT)",
+    "lo = row * n_cols + (k % NSPLIT) * CH",
+    "hi = tl.minimum(row * n_cols + n_cols, lo + CH)",
+    "first = lo // 16 * 16",
+    "cols = tl.arange(0, BLOCK_N)",
+]
+
+# A chunk's online max and sum. A chunk may be all -inf (a masked run of a long row): its max
+# stays -inf and its sum 0 (the shift is 0 then, not -inf, so no -inf - -inf NaN).
+_GUARDED_STEP = [
+    "m_new = tl.maximum(m, tl.max(x, 0))",
+    "m_s = tl.where(m_new == -float('inf'), 0.0, m_new)",
+    "d = d * tl.exp(m - m_s) + tl.sum(tl.exp(x - m_s), 0)",
+    "m = m_new",
+]
+
+
+def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    sig = (
+        f"x_ptr, {_aux_ptrs(plan)}out_ptr, ws_ptr, cnt_ptr, n_rows, n_cols, CH, NSPLIT{sargs}, "
+        "SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr"
+    )
+    ws = "ws_ptr + row * NSPLIT"
+    wd = "ws_ptr + (n_rows + row) * NSPLIT"
+    cnt = "cnt_ptr + 1 + row"
+    partial = [
+        "m = tl.full([], -float('inf'), tl.float32)",
+        "d = tl.zeros([], dtype=tl.float32)",
+        *_tiles(plan, "a", _GUARDED_STEP, False, ev),
+        f"tl.store({ws} + k, m)",
+        f"tl.store({wd} + k, d)",
+        "tl.debug_barrier()  # every thread's partials stored before they are counted",
+        f"tl.atomic_add({cnt}, 1, sem='release')",
     ]
+    output = [
+        f"done = tl.atomic_add({cnt}, 0, sem='acquire')",
+        "while done < NSPLIT:",
+        f"    done = tl.atomic_add({cnt}, 0, sem='acquire')",
+        "kk = tl.arange(0, SPLIT_BLOCK)",
+        "kmask = kk < NSPLIT",
+        f"pm = tl.load({ws} + kk, mask=kmask, other=-float('inf'), cache_modifier='.cg')",
+        f"pd = tl.load({wd} + kk, mask=kmask, other=0.0, cache_modifier='.cg')",
+        "m = tl.max(pm, 0)",
+        # all -inf (the whole row: torch gives NaN, as this does): no chunk adds to the sum
+        "d = tl.sum(tl.where(pm == -float('inf'), 0.0, pd * tl.exp(pm - m)), 0)",
+        *_tiles(plan, "c", [], True, ev),
+    ]
+    L = [*_ORDERED_HEAD, "if k < NSPLIT:", *_ind(partial, 4), "else:", *_ind(output, 4)]
     return jit_source(name, sig, L)
 
 
@@ -417,6 +512,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         kernels.append(
             _row_kernel(plan, "three-pass" if algo == "three-pass" else "online", "sm_row_kernel", ev)
         )
+        if algo == "online" and int(params.get("ORDER_CH", 0)):
+            kernels.append(_ordered_kernel(plan, "sm_ordered_kernel", ev))
     else:
         raise Unsupported(f"unknown softmax algorithm {algo}")
     scal = _scalar_args(plan)
@@ -489,9 +586,23 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
             "    return out",
         ]
     else:
+        # at least 16: the row kernel's chunks start at multiples of 16 (its alignment hint)
+        L.append(f"    block_n = max(16, min({block_n}, triton.next_power_of_2(R)))")
+        order_ch = int(params.get("ORDER_CH", 0)) if algo == "online" else 0
+        if order_ch:
+            L += [
+                # chunks of about ORDER_CH elements (whole tiles), at most 4096 a row (_order_chunk)
+                f"    ch = max(triton.cdiv({order_ch}, block_n), triton.cdiv(R, 4096 * block_n)) * block_n",
+                "    split = triton.cdiv(R, ch)",
+                # tickets and the grid are int32: beyond, one program a row
+                "    if outer * 2 * split < 2**31:",
+                "        ws = torch.empty((2, outer, split), device=x.device, dtype=torch.float32)",
+                "        cnt = torch.zeros(1 + outer, device=x.device, dtype=torch.int32)",
+                f"        sm_ordered_kernel[(outer * 2 * split,)](x{aargs}, out, ws, cnt, outer, R, ch, split"
+                f"{scall}, SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=block_n, num_warps={warps})",
+                "        return out",
+            ]
         L += [
-            # at least 16: the row kernel's chunks start at multiples of 16 (its alignment hint)
-            f"    block_n = max(16, min({block_n}, triton.next_power_of_2(R)))",
             f"    sm_row_kernel[(outer,)](x{aargs}, out, R{scall}, BLOCK_N=block_n, num_warps={warps})",
             "    return out",
         ]
