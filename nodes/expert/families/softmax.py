@@ -21,7 +21,7 @@ from graph.records import TaskDescription
 from .. import ewops
 from ..chain import Chain, collect_chain
 from ..graphview import GraphView, Unsupported, arg_value, assemble, is_node
-from ..kernelfiles import COLUMN_TILE_HEAD, jit_source
+from ..kernelfiles import COLUMN_TILE_HEAD, jit_source, ticket_count, ticket_head, ticket_wait
 from ..spaces import distinct_launches, next_pow2
 
 WHOLE_ROW_MAX = 16384  # beyond this a register-resident row spills; the launcher uses online
@@ -327,10 +327,8 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
 # row's programs fill about one wave it re-reads the chunk from L2, not HBM (one program a row
 # streaming a 1.5 MB row re-reads it from HBM: the GPU's rows in flight outgrow L2).
 _ORDERED_HEAD = [
-    "t = tl.atomic_add(cnt_ptr, 1)",
-    "row = (t // (2 * NSPLIT)).to(tl.int64)",
-    "k = t % (2 * NSPLIT)",
-    "lo = row * n_cols + (k % NSPLIT) * CH",
+    *ticket_head(2),
+    "lo = row * n_cols + sid * CH",
     "hi = tl.minimum(row * n_cols + n_cols, lo + CH)",
     "first = lo // 16 * 16",
     "cols = tl.arange(0, BLOCK_N)",
@@ -358,16 +356,15 @@ def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
     partial = [
         "m = tl.full([], -float('inf'), tl.float32)",
         "d = tl.zeros([], dtype=tl.float32)",
-        *_tiles(plan, "a", _GUARDED_STEP, False, ev),
+        # the first read keeps its lines in L2 for the write pass (whatever EVICT the write
+        # pass's loads use)
+        *_tiles(plan, "a", _GUARDED_STEP, False, ', eviction_policy="evict_last"'),
         f"tl.store({ws} + k, m)",
         f"tl.store({wd} + k, d)",
-        "tl.debug_barrier()  # every thread's partials stored before they are counted",
-        f"tl.atomic_add({cnt}, 1, sem='release')",
+        *ticket_count(cnt),
     ]
     output = [
-        f"done = tl.atomic_add({cnt}, 0, sem='acquire')",
-        "while done < NSPLIT:",
-        f"    done = tl.atomic_add({cnt}, 0, sem='acquire')",
+        *ticket_wait(cnt),
         "kk = tl.arange(0, SPLIT_BLOCK)",
         "kmask = kk < NSPLIT",
         f"pm = tl.load({ws} + kk, mask=kmask, other=-float('inf'), cache_modifier='.cg')",
