@@ -259,12 +259,14 @@ def ln_out_kernel(
 
 
 @triton.jit
-def _ticket(cnt_ptr, R, NSPLIT, CH):
+def _ticket(cnt_ptr, R, NSPLIT, CH, LAG: tl.constexpr = 0):
     """This program's (row, k, row offset, chunk lo, hi) from the ticket cnt_ptr[0]: k < NSPLIT a
-    partial program, else an output program (chunk k - NSPLIT)."""
+    partial program, else an output program (chunk k - NSPLIT). LAG > 0: a block of tickets holds
+    row b's partial programs and row b - LAG's output programs, so a row's output programs start
+    LAG rows after its partials (less waiting); rows outside [0, n_rows) are the caller's to skip."""
     t = tl.atomic_add(cnt_ptr, 1)
-    row = t // (2 * NSPLIT)
     k = t % (2 * NSPLIT)
+    row = t // (2 * NSPLIT) - tl.where(k < NSPLIT, 0, LAG)
     lo = (k % NSPLIT) * CH
     return row, k, row.to(tl.int64) * R, lo, tl.minimum(R, lo + CH)
 
@@ -355,16 +357,27 @@ def sm_online_row_kernel(x_ptr, y_ptr, R, BLOCK: tl.constexpr):
 
 @triton.jit
 def sm_ordered_kernel(
-    x_ptr, y_ptr, ws_ptr, cnt_ptr, R, NSPLIT, CH, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
+    x_ptr,
+    y_ptr,
+    ws_ptr,
+    cnt_ptr,
+    n_rows,
+    R,
+    NSPLIT,
+    CH,
+    SPLIT_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,
+    LAG: tl.constexpr,
 ):
-    row, k, base, lo, hi = _ticket(cnt_ptr, R, NSPLIT, CH)
-    if k < NSPLIT:
-        m, s = _chunk_maxsum(x_ptr + base, lo, hi, BLOCK)
-        _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, m, s)
-    else:
-        _wait_count(cnt_ptr + 1 + row, NSPLIT)
-        m, inv = _row_max_inv(ws_ptr, row, NSPLIT, SPLIT_BLOCK)
-        _sm_write(x_ptr + base, y_ptr + base, lo, hi, m, inv, BLOCK)
+    row, k, base, lo, hi = _ticket(cnt_ptr, R, NSPLIT, CH, LAG)
+    if (row >= 0) & (row < n_rows):
+        if k < NSPLIT:
+            m, s = _chunk_maxsum(x_ptr + base, lo, hi, BLOCK)
+            _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, m, s)
+        else:
+            _wait_count(cnt_ptr + 1 + row, NSPLIT)
+            m, inv = _row_max_inv(ws_ptr, row, NSPLIT, SPLIT_BLOCK)
+            _sm_write(x_ptr + base, y_ptr + base, lo, hi, m, inv, BLOCK)
 
 
 # ----------------------------------------------------------------------------------------- harness
@@ -693,17 +706,27 @@ def sec_smrow(sec: Section, a):
         fn = launcher(sm_online_row_kernel, (n_r,), (x, y, R), BLOCK=block, num_warps=w)
         sec.run("online, 1 program a row", f"BLOCK={block} w={w}", fn, nbytes, check)
 
-    def ordered(split, ch, block, w):
+    def ordered(split, ch, block, w, lag=0):
         ws = torch.empty(n_r * split * 2, device=DEV)
         sb = triton.next_power_of_2(split)
 
         def fn():
             cnt = torch.zeros(1 + n_r, device=DEV, dtype=torch.int32)
-            sm_ordered_kernel[(n_r * 2 * split,)](
-                x, y, ws, cnt, R, split, ch, SPLIT_BLOCK=sb, BLOCK=block, num_warps=w
+            sm_ordered_kernel[((n_r + lag) * 2 * split,)](
+                x, y, ws, cnt, n_r, R, split, ch, SPLIT_BLOCK=sb, BLOCK=block, LAG=lag, num_warps=w
             )
 
         return fn
+
+    # output programs a row or two behind their partials: they should seldom wait
+    for lag in (1, 2):
+        for ch, block, w in (
+            ((256, 64, 2), (1024, 128, 4)) if a.small else ((8192, 2048, 8), (16384, 4096, 8))
+        ):
+            fn = ordered(triton.cdiv(R, ch), ch, block, w, lag)
+            sec.run(
+                f"ordered, outputs {lag} row(s) behind", f"CH={ch} BLOCK={block} w={w}", fn, nbytes, check
+            )
 
     for ch in (256, 1024) if a.small else (16384, 8192, 32768, 4096, 65536):
         split = triton.cdiv(R, ch)
