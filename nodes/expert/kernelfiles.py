@@ -64,11 +64,16 @@ COLUMN_TILE_HEAD = [
 # program only ever waits for programs that took their tickets earlier, so already run, whatever
 # order the hardware starts programs in. Partials of the same launch must be read past L1
 # (cache_modifier '.cg'): a line cached for a neighbouring row may be stale.
-def ticket_head(phases: int | str) -> list[str]:
+def ticket_head(phases: int | str, lag: str | None = None) -> list[str]:
+    """`lag` (two phases only; a constexpr's name): a block of tickets holds row b's first-phase
+    chunks and row b - lag's second-phase chunks, so those start `lag` rows after the chunks they
+    wait for and seldom wait; `row` then runs from -lag to n_rows + lag - 1 and the kernel skips
+    rows outside [0, n_rows) (the launch has n_rows + lag blocks)."""
+    back = f" - tl.where(k < NSPLIT, 0, {lag})" if lag else ""
     return [
         "t = tl.atomic_add(cnt_ptr, 1)",
-        f"row = (t // ({phases} * NSPLIT)).to(tl.int64)",
         f"k = t % ({phases} * NSPLIT)",
+        f"row = (t // ({phases} * NSPLIT){back}).to(tl.int64)",
         "sid = k % NSPLIT",
     ]
 

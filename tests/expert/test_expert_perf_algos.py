@@ -45,7 +45,9 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     # the ordered online softmax: 40 chunks of 512 a row (the last ragged, rows not 16-aligned),
     # a scale, a mask aux and a masked run of whole chunks before it, a scale and a shift after
     "sm_long_ordered": ("SM_LONG_MASKED", {}, "softmax", "online"),
-    # log-softmax, ORDER_CH rounded up to whole tiles (1000 -> 1024): 20 chunks a row
+    # log-softmax, ORDER_CH rounded up to whole tiles (1000 -> 1024): 20 chunks a row; its output
+    # programs one row behind their partials (ORDER_LAG 1: the first and last ticket blocks half
+    # empty)
     "logsm_long_ordered": ("sm02_log_softmax.py", {"ROWS": 3, "COLS": 20011}, "softmax", "online"),
     # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
     "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
@@ -176,7 +178,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "ln_long_ordered": {"ORDER_CH": 256, "BLOCK_N": 256},
     "rows_two_pass_ordered": {"ORDER_CH": 512, "BLOCK_N": 128},
     "sm_long_ordered": {"ORDER_CH": 512, "BLOCK_N": 256},
-    "logsm_long_ordered": {"ORDER_CH": 1000, "BLOCK_N": 128},
+    "logsm_long_ordered": {"ORDER_CH": 1000, "BLOCK_N": 128, "ORDER_LAG": 1},
     "large_k_bsplit": {"PRECISION": "tf32x3-bsplit"},
     "mm_bsplit": {
         "PRECISION": "tf32x3-bsplit",
@@ -519,7 +521,8 @@ def test_rownorm_ordered_split_is_one_launch_counting_each_pass(case, passes, re
 @pytest.mark.parametrize("case", ["sm_long_ordered", "logsm_long_ordered"])
 def test_softmax_ordered_is_one_launch_of_counted_chunks(case, results, descs):
     src = results[case]["reply"].source
-    assert "sm_ordered_kernel[(outer * 2 * split,)]" in src
+    lag = results[case]["reply"].params.get("ORDER_LAG", 0)
+    assert f"sm_ordered_kernel[((outer + {lag}) * 2 * split,)]" in src and f"LAG={lag}," in src
     kern = src[src.index("def sm_ordered_kernel(") :]
     kern = kern[: kern.index("\n\n\n")]
     # partials counted once (release), the output programs wait on the count (acquire)

@@ -136,6 +136,9 @@ def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
         return "ORDER_CH must be an int >= 0"
     if oc and params["algorithm"] != "online":
         return "ORDER_CH applies to the online algorithm only"
+    lag = params.get("ORDER_LAG", 0)
+    if not isinstance(lag, int) or lag < 0 or (lag and not oc):
+        return "ORDER_LAG is an int >= 0 and applies to the ordered launch (ORDER_CH) only"
     return None
 
 
@@ -327,7 +330,7 @@ def _row_kernel(plan: SmPlan, algo: str, name: str, ev: str) -> str:
 # row's programs fill about one wave it re-reads the chunk from L2, not HBM (one program a row
 # streaming a 1.5 MB row re-reads it from HBM: the GPU's rows in flight outgrow L2).
 _ORDERED_HEAD = [
-    *ticket_head(2),
+    *ticket_head(2, lag="LAG"),
     "lo = row * n_cols + sid * CH",
     "hi = tl.minimum(row * n_cols + n_cols, lo + CH)",
     "first = lo // 16 * 16",
@@ -348,7 +351,7 @@ def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
     sig = (
         f"x_ptr, {_aux_ptrs(plan)}out_ptr, ws_ptr, cnt_ptr, n_rows, n_cols, CH, NSPLIT{sargs}, "
-        "SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr"
+        "SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, LAG: tl.constexpr"
     )
     ws = "ws_ptr + row * NSPLIT"
     wd = "ws_ptr + (n_rows + row) * NSPLIT"
@@ -374,7 +377,9 @@ def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
         "d = tl.sum(tl.where(pm == -float('inf'), 0.0, pd * tl.exp(pm - m)), 0)",
         *_tiles(plan, "c", [], True, ev),
     ]
-    L = [*_ORDERED_HEAD, "if k < NSPLIT:", *_ind(partial, 4), "else:", *_ind(output, 4)]
+    # ORDER_LAG: a row's output chunks run LAG rows after its partial chunks (ticket_head)
+    body = ["if k < NSPLIT:", *_ind(partial, 4), "else:", *_ind(output, 4)]
+    L = [*_ORDERED_HEAD, "if (row >= 0) & (row < n_rows):", *_ind(body, 4)]
     return jit_source(name, sig, L)
 
 
@@ -586,17 +591,19 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         # at least 16: the row kernel's chunks start at multiples of 16 (its alignment hint)
         L.append(f"    block_n = max(16, min({block_n}, triton.next_power_of_2(R)))")
         order_ch = int(params.get("ORDER_CH", 0)) if algo == "online" else 0
+        lag = int(params.get("ORDER_LAG", 0))
         if order_ch:
             L += [
                 # chunks of about ORDER_CH elements (whole tiles), at most 4096 a row (_order_chunk)
                 f"    ch = max(triton.cdiv({order_ch}, block_n), triton.cdiv(R, 4096 * block_n)) * block_n",
                 "    split = triton.cdiv(R, ch)",
                 # tickets and the grid are int32: beyond, one program a row
-                "    if outer * 2 * split < 2**31:",
+                f"    if (outer + {lag}) * 2 * split < 2**31:",
                 "        ws = torch.empty((2, outer, split), device=x.device, dtype=torch.float32)",
                 "        cnt = torch.zeros(1 + outer, device=x.device, dtype=torch.int32)",
-                f"        sm_ordered_kernel[(outer * 2 * split,)](x{aargs}, out, ws, cnt, outer, R, ch, split"
-                f"{scall}, SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=block_n, num_warps={warps})",
+                f"        sm_ordered_kernel[((outer + {lag}) * 2 * split,)](x{aargs}, out, ws, cnt, outer, R, ch, split"
+                f"{scall}, SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=block_n, LAG={lag}, "
+                f"num_warps={warps})",
                 "        return out",
             ]
         L += [
