@@ -380,6 +380,62 @@ def sm_ordered_kernel(
             _sm_write(x_ptr + base, y_ptr + base, lo, hi, m, inv, BLOCK)
 
 
+# Register-resident rows: one program a chunk of BLOCK elements, which it loads once, keeps in
+# registers across the wait for its row's partials, and writes: one HBM read and one write. A
+# program waits for the other chunks of its own row only; with at most one SM's worth of programs
+# a row (NSPLIT <= the SM count) and tickets handed out in order, the row's programs are always
+# resident together. The Triton interpreter runs programs one after another, so these cannot run
+# on the CPU (the first program would wait for ever): GPU only.
+@triton.jit
+def sm_resident_kernel(
+    x_ptr, y_ptr, ws_ptr, cnt_ptr, R, NSPLIT, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
+):
+    t = tl.atomic_add(cnt_ptr, 1)
+    row = t // NSPLIT
+    k = t % NSPLIT
+    base = row.to(tl.int64) * R
+    cols = k * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < R
+    x = tl.load(x_ptr + base + cols, mask=mask, other=float("-inf"))
+    m = tl.max(x, 0)
+    _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, m, tl.sum(tl.where(mask, tl.exp(x - m), 0.0), 0))
+    _wait_count(cnt_ptr + 1 + row, NSPLIT)
+    mx, inv = _row_max_inv(ws_ptr, row, NSPLIT, SPLIT_BLOCK)
+    tl.store(y_ptr + base + cols, tl.exp(x - mx) * inv, mask=mask)
+
+
+@triton.jit
+def ln_resident_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    ws_ptr,
+    cnt_ptr,
+    R,
+    NSPLIT,
+    eps,
+    SPLIT_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    t = tl.atomic_add(cnt_ptr, 1)
+    row = t // NSPLIT
+    k = t % NSPLIT
+    base = row.to(tl.int64) * R
+    cols = k * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < R
+    x = tl.load(x_ptr + base + cols, mask=mask, other=0.0)
+    n = tl.minimum(R - k * BLOCK, BLOCK).to(tl.float32)
+    s = tl.sum(x, 0)
+    d = tl.where(mask, x - s / n, 0.0)
+    _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, s, tl.sum(d * d, 0))
+    _wait_count(cnt_ptr + 1 + row, NSPLIT)
+    mean, rstd = _row_mean_rstd(ws_ptr, row, R, NSPLIT, BLOCK, eps, SPLIT_BLOCK)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + base + cols, (x - mean) * rstd * w + b, mask=mask)
+
+
 # ----------------------------------------------------------------------------------------- harness
 def sync():
     if DEV == "cuda":
@@ -685,6 +741,31 @@ def sec_lnrow(sec: Section, a):
 
         return fn
 
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 0
+    for block, w in ((32768, 32), (65536, 32), (32768, 16)):
+        split = triton.cdiv(R, block)
+        if split > sms:  # on the CPU always: the interpreter would wait for ever
+            continue
+        ws = torch.empty(n_b * split * 2, device=DEV)
+
+        def resident(ws=ws, split=split, block=block, w=w):
+            cnt = torch.zeros(1 + n_b, device=DEV, dtype=torch.int32)
+            ln_resident_kernel[(n_b * split,)](
+                x,
+                wgt,
+                bias,
+                y,
+                ws,
+                cnt,
+                R,
+                split,
+                eps,
+                SPLIT_BLOCK=triton.next_power_of_2(split),
+                BLOCK=block,
+                num_warps=w,
+            )
+
+        sec.run("resident, a chunk a program", f"BLOCK={block} w={w}", resident, nbytes, check)
     _row_variants(sec, n_b, R, a.small, nbytes, check, two, ordered)
 
 
@@ -702,6 +783,20 @@ def sec_smrow(sec: Section, a):
     csm = compiled(lambda inp: torch.softmax(inp, dim=1))
     if csm is not None:
         sec.run("torch.compile softmax", desc, lambda: csm(x), nbytes, check_ret)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 0
+    for block, w in ((4096, 8), (8192, 16), (4096, 4), (16384, 16)):
+        split = triton.cdiv(R, block)
+        if split > sms:  # on the CPU always: the interpreter would wait for ever
+            continue
+        ws = torch.empty(n_r * split * 2, device=DEV)
+
+        def resident(ws=ws, split=split, block=block, w=w):
+            cnt = torch.zeros(1 + n_r, device=DEV, dtype=torch.int32)
+            sm_resident_kernel[(n_r * split,)](
+                x, y, ws, cnt, R, split, SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK=block, num_warps=w
+            )
+
+        sec.run("resident, a chunk a program", f"BLOCK={block} w={w}", resident, nbytes, check)
     for block, w in ((64, 2), (128, 4)) if a.small else ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
         fn = launcher(sm_online_row_kernel, (n_r,), (x, y, R), BLOCK=block, num_warps=w)
         sec.run("online, 1 program a row", f"BLOCK={block} w={w}", fn, nbytes, check)
