@@ -387,15 +387,20 @@ def sm_ordered_kernel(
 # resident together. The Triton interpreter runs programs one after another, so these cannot run
 # on the CPU (the first program would wait for ever): GPU only.
 @triton.jit
-def sm_resident_kernel(
-    x_ptr, y_ptr, ws_ptr, cnt_ptr, R, NSPLIT, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
-):
+def _resident_chunk(cnt_ptr, R, NSPLIT, BLOCK: tl.constexpr):
+    """(row, k, row offset, columns, mask) of this program's chunk, from its ticket."""
     t = tl.atomic_add(cnt_ptr, 1)
     row = t // NSPLIT
     k = t % NSPLIT
-    base = row.to(tl.int64) * R
     cols = k * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < R
+    return row, k, row.to(tl.int64) * R, cols, cols < R
+
+
+@triton.jit
+def sm_resident_kernel(
+    x_ptr, y_ptr, ws_ptr, cnt_ptr, R, NSPLIT, SPLIT_BLOCK: tl.constexpr, BLOCK: tl.constexpr
+):
+    row, k, base, cols, mask = _resident_chunk(cnt_ptr, R, NSPLIT, BLOCK)
     x = tl.load(x_ptr + base + cols, mask=mask, other=float("-inf"))
     m = tl.max(x, 0)
     _publish(ws_ptr, cnt_ptr, row, k, NSPLIT, m, tl.sum(tl.where(mask, tl.exp(x - m), 0.0), 0))
@@ -418,12 +423,7 @@ def ln_resident_kernel(
     SPLIT_BLOCK: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    t = tl.atomic_add(cnt_ptr, 1)
-    row = t // NSPLIT
-    k = t % NSPLIT
-    base = row.to(tl.int64) * R
-    cols = k * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < R
+    row, k, base, cols, mask = _resident_chunk(cnt_ptr, R, NSPLIT, BLOCK)
     x = tl.load(x_ptr + base + cols, mask=mask, other=0.0)
     n = tl.minimum(R - k * BLOCK, BLOCK).to(tl.float32)
     s = tl.sum(x, 0)
