@@ -49,6 +49,9 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     # programs one row behind their partials (ORDER_LAG 1: the first and last ticket blocks half
     # empty)
     "logsm_long_ordered": ("sm02_log_softmax.py", {"ROWS": 3, "COLS": 20011}, "softmax", "online"),
+    # the register-resident softmax: 79 chunks of 256 a row (the last ragged), the mask aux and
+    # prologue / epilogue ops; on the CPU its two-launch form (partials, then the write)
+    "sm_long_resident": ("SM_LONG_MASKED", {}, "softmax", "online"),
     # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
     "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
     # M == 1 (one-token linear): the weight is the matrix, bias + SiLU in the reduce kernel
@@ -179,6 +182,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "rows_two_pass_ordered": {"ORDER_CH": 512, "BLOCK_N": 128},
     "sm_long_ordered": {"ORDER_CH": 512, "BLOCK_N": 256},
     "logsm_long_ordered": {"ORDER_CH": 1000, "BLOCK_N": 128, "ORDER_LAG": 1},
+    "sm_long_resident": {"RESIDENT": 256},
     "large_k_bsplit": {"PRECISION": "tf32x3-bsplit"},
     "mm_bsplit": {
         "PRECISION": "tf32x3-bsplit",
@@ -548,6 +552,55 @@ def test_softmax_ordered_is_one_launch_of_counted_chunks(case, results, descs):
     assert "ORDER_CH" not in fam.space(dataclasses.replace(plan, row_len=4096), off, "memory", {})
     assert "ORDER_CH" not in fam.space(dataclasses.replace(plan, inner=7), off, "memory", {})
     assert fam.valid(plan, dict(params, algorithm="three-pass")) is not None
+
+
+_COMPILE_RESIDENT = r"""
+import json, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from tools.worker.compile_job import ptxas_info
+sys.path.insert(0, "tests/expert")
+from expert_runner import load_candidate
+job = json.loads(sys.stdin.read())
+fn = load_candidate(job["source"], tempfile.mkdtemp(), 0).sm_resident_kernel
+cexpr = {"SPLIT_BLOCK": 64, "BLOCK_N": job["block"], "PHASE": 2}
+sig = {}
+for name in fn.arg_names:
+    if name in cexpr:
+        sig[name] = "constexpr"
+    elif name == "cnt_ptr":
+        sig[name] = "*i32"
+    elif name.endswith("_ptr"):
+        sig[name] = "*i1" if name.startswith("a_") else "*fp32"
+    else:
+        sig[name] = "fp32" if name.startswith("l_") else "i32"
+k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=cexpr), target=GPUTarget("cuda", 90, 32),
+                   options={"num_warps": 8})
+ptx = k.asm["ptx"]
+print(json.dumps({"spills": ptxas_info(ptx)[1], "acquire": ptx.count("ld.global.gpu.acquire"),
+                  "release": ptx.count("atom.global.gpu.release")}))
+"""
+
+
+@pytest.mark.parametrize("case", ["sm_long_resident"])
+def test_softmax_resident_one_launch_where_a_rows_chunks_fit_and_compiles(case, results, descs):
+    src = results[case]["reply"].source
+    # one launch (PHASE 2) only where a row has at most one chunk per SM; two on the CPU
+    assert "for ph in (2,) if split <= sms else (0, 1):" in src
+    assert "sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 0" in src
+    kern = src[src.index("def sm_resident_kernel(") :]
+    kern = kern[: kern.index("\n\n\n")] if "\n\n\n" in kern else kern
+    assert kern.count("sem='release')") == 1 and kern.count("while done < NSPLIT:") == 1
+    assert kern.count("tl.load(x_ptr") == 1  # read once: the write uses the registers
+    fam, plan = _plan(descs, case)
+    params = results[case]["reply"].params
+    assert fam.space(plan, dict(params, RESIDENT=0), "memory", {})["RESIDENT"] == [8192, 4096]
+    assert fam.valid(plan, dict(params, RESIDENT=100)) is not None
+    # the GPU's single launch (PHASE 2: the chunk live across the wait), compiled for sm_90
+    for block in (8192, 4096):
+        out = script_json(_COMPILE_RESIDENT, stdin=json.dumps({"source": src, "block": block}))
+        assert out == {"spills": 0, "acquire": 2, "release": 1}, (block, out)
 
 
 def test_presplit_offered_where_the_split_is_cheap_next_to_the_gemm(descs, results):

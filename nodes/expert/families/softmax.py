@@ -3,7 +3,9 @@
 Last-dim reductions (inner == 1 at run time) use a row kernel whose algorithm is the seed:
   online      one pass keeping a running max and rescaled sum, one pass to write (2 reads); with
               ORDER_CH (memory stage, few long rows) one ticket-ordered launch over chunks of the
-              rows instead, whose write pass finds its chunk in L2 (_ordered_kernel)
+              rows instead, whose write pass finds its chunk in L2 (_ordered_kernel); with
+              RESIDENT (memory stage) one program a chunk kept in registers from its read to
+              its write (_resident_kernel)
   whole-row   the row lives in registers: one read, one write (short rows; long rows at run time
               go to the online kernel, which the file also contains)
   three-pass  max, then sum, then write (3 reads; the simplest, and the safest fallback)
@@ -117,7 +119,7 @@ def defaults(plan: SmPlan, algorithm: str) -> dict[str, Any]:
         return {"ROWS": 1, "BLOCK_N": 4096, "BLOCK_I": 128, "num_warps": 4}
     if algorithm == "online":
         # ORDER_CH 0: one program a row (sm_row_kernel); > 0 the ordered launch (_ordered_kernel)
-        return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "ORDER_CH": 0}
+        return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "ORDER_CH": 0, "RESIDENT": 0}
     return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8}
 
 
@@ -136,6 +138,9 @@ def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
         return "ORDER_CH must be an int >= 0"
     if oc and params["algorithm"] != "online":
         return "ORDER_CH applies to the online algorithm only"
+    res = params.get("RESIDENT", 0)
+    if not isinstance(res, int) or res < 0 or res & (res - 1) or (res and params["algorithm"] != "online"):
+        return "RESIDENT is 0 or a power of two (chunk elements), for the online algorithm only"
     lag = params.get("ORDER_LAG", 0)
     if not isinstance(lag, int) or lag < 0 or (lag and not oc):
         return "ORDER_LAG is an int >= 0 and applies to the ordered launch (ORDER_CH) only"
@@ -176,6 +181,8 @@ def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
                     int(params.get("ORDER_CH", 0)),
                     lambda v: _order_chunk(v, block, r),
                 )
+                # the row's chunks kept in registers across the wait for its partials (one read)
+                sp["RESIDENT"] = [v for v in (8192, 4096) if v != int(params.get("RESIDENT", 0))]
     return sp
 
 
@@ -347,6 +354,20 @@ _GUARDED_STEP = [
 ]
 
 
+def _row_stats(ws: str, wd: str) -> list[str]:
+    """The row's max `m` and sum `d` from its chunks' partials at `ws` and `wd` (NSPLIT each),
+    read past L1 (partials of the same launch: a line cached for a neighbouring row is stale)."""
+    return [
+        "kk = tl.arange(0, SPLIT_BLOCK)",
+        "kmask = kk < NSPLIT",
+        f"pm = tl.load({ws} + kk, mask=kmask, other=-float('inf'), cache_modifier='.cg')",
+        f"pd = tl.load({wd} + kk, mask=kmask, other=0.0, cache_modifier='.cg')",
+        "m = tl.max(pm, 0)",
+        # all -inf (the whole row: torch gives NaN, as this does): no chunk adds to the sum
+        "d = tl.sum(tl.where(pm == -float('inf'), 0.0, pd * tl.exp(pm - m)), 0)",
+    ]
+
+
 def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
     sargs = "".join(f", {s}" for s in _scalar_args(plan))
     sig = (
@@ -366,20 +387,59 @@ def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
         f"tl.store({wd} + k, d)",
         *ticket_count(cnt),
     ]
-    output = [
-        *ticket_wait(cnt),
-        "kk = tl.arange(0, SPLIT_BLOCK)",
-        "kmask = kk < NSPLIT",
-        f"pm = tl.load({ws} + kk, mask=kmask, other=-float('inf'), cache_modifier='.cg')",
-        f"pd = tl.load({wd} + kk, mask=kmask, other=0.0, cache_modifier='.cg')",
-        "m = tl.max(pm, 0)",
-        # all -inf (the whole row: torch gives NaN, as this does): no chunk adds to the sum
-        "d = tl.sum(tl.where(pm == -float('inf'), 0.0, pd * tl.exp(pm - m)), 0)",
-        *_tiles(plan, "c", [], True, ev),
-    ]
+    output = [*ticket_wait(cnt), *_row_stats(ws, wd), *_tiles(plan, "c", [], True, ev)]
     # ORDER_LAG: a row's output chunks run LAG rows after its partial chunks (ticket_head)
     body = ["if k < NSPLIT:", *_ind(partial, 4), "else:", *_ind(output, 4)]
     L = [*_ORDERED_HEAD, "if (row >= 0) & (row < n_rows):", *_ind(body, 4)]
+    return jit_source(name, sig, L)
+
+
+# The register-resident kernel (RESIDENT): one program a chunk of BLOCK_N elements of a row, which
+# it loads once, keeps in registers while it waits for its row's other chunks' partials, and
+# writes: one HBM read and one write an element. A program waits only for its own row's chunks,
+# whose tickets are adjacent to its own; the launcher uses the single launch (PHASE 2) only where
+# a row has at most one chunk per SM, so a row's programs always fit on the GPU together and the
+# ones that wait never keep the others from starting. Otherwise, and under the Triton
+# interpreter (which runs programs one after another, so a waiting program would wait for
+# ever), the same program runs as two launches: PHASE 0 stores the partials, PHASE 1 re-reads
+# its chunk and writes it. Tickets: cnt_ptr[0] (PHASE 0 and 2), cnt_ptr[1] (PHASE 1); counts:
+# cnt_ptr[2 + row].
+def _resident_kernel(plan: SmPlan, name: str, ev: str) -> str:
+    sargs = "".join(f", {s}" for s in _scalar_args(plan))
+    sig = (
+        f"x_ptr, {_aux_ptrs(plan)}out_ptr, ws_ptr, cnt_ptr, n_rows, n_cols, NSPLIT{sargs}, "
+        "SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, PHASE: tl.constexpr"
+    )
+    ws, wd, cnt = "ws_ptr + row * NSPLIT", "ws_ptr + (n_rows + row) * NSPLIT", "cnt_ptr + 2 + row"
+    epi, last = _epi(plan, "y", "")
+    partial = [
+        "m = tl.max(x, 0)",
+        "m_s = tl.where(m == -float('inf'), 0.0, m)",
+        "tl.store(" + ws + " + k, m)",
+        "tl.store(" + wd + " + k, tl.sum(tl.exp(x - m_s), 0))",
+        *ticket_count(cnt),
+    ]
+    write = [
+        *ticket_wait(cnt),
+        *_row_stats(ws, wd),
+        f"y = {_normalize(plan, 'x', 'm', 'd')}",
+        *epi,
+        f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
+    ]
+    L = [
+        "t = tl.atomic_add(cnt_ptr + PHASE % 2, 1)",
+        "row = t // NSPLIT",
+        "k = t % NSPLIT",
+        "lo = row.to(tl.int64) * n_cols + k * BLOCK_N",
+        "offs = lo + tl.arange(0, BLOCK_N)",
+        "mask = offs < tl.minimum(row.to(tl.int64) * n_cols + n_cols, lo + BLOCK_N)",
+        f"x = tl.load(x_ptr + offs, mask=mask, other=0.0{ev}).to(tl.float32)",
+        *_pro(plan, "x", "mask", "r", "offs"),
+        "if PHASE != 1:",
+        *_ind(partial, 4),
+        "if PHASE != 0:",
+        *_ind(write, 4),
+    ]
     return jit_source(name, sig, L)
 
 
@@ -516,6 +576,8 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         )
         if algo == "online" and int(params.get("ORDER_CH", 0)):
             kernels.append(_ordered_kernel(plan, "sm_ordered_kernel", ev))
+        if algo == "online" and int(params.get("RESIDENT", 0)):
+            kernels.append(_resident_kernel(plan, "sm_resident_kernel", ev))
     else:
         raise Unsupported(f"unknown softmax algorithm {algo}")
     scal = _scalar_args(plan)
@@ -592,6 +654,21 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         L.append(f"    block_n = max(16, min({block_n}, triton.next_power_of_2(R)))")
         order_ch = int(params.get("ORDER_CH", 0)) if algo == "online" else 0
         lag = int(params.get("ORDER_LAG", 0))
+        resident = int(params.get("RESIDENT", 0)) if algo == "online" else 0
+        if resident:
+            L += [
+                f"    rb = max(16, min({resident}, triton.next_power_of_2(R)))",
+                "    split = triton.cdiv(R, rb)",
+                "    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 0",
+                "    if outer * split < 2**31 and split <= 4096:",
+                "        ws = torch.empty((2, outer, split), device=x.device, dtype=torch.float32)",
+                "        cnt = torch.zeros(2 + outer, device=x.device, dtype=torch.int32)",
+                # one launch where a row's chunks fit one per SM (_resident_kernel), else two
+                "        for ph in (2,) if split <= sms else (0, 1):",
+                f"            sm_resident_kernel[(outer * split,)](x{aargs}, out, ws, cnt, outer, R, split{scall}, "
+                f"SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=rb, PHASE=ph, num_warps={warps})",
+                "        return out",
+            ]
         if order_ch:
             L += [
                 # chunks of about ORDER_CH elements (whole tiles), at most 4096 a row (_order_chunk)
