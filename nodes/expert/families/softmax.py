@@ -194,8 +194,8 @@ def refinements(plan: SmPlan, params: dict[str, Any]) -> list[tuple[str, dict[st
     if params["algorithm"] in ("online", "three-pass") and plan.row_len <= WHOLE_ROW_MAX:
         p = dict(params, algorithm="whole-row")
         p.update(defaults(plan, "whole-row"))
-        p.pop("BLOCK_N", None)
-        p.pop("ORDER_CH", None)
+        for k in ("BLOCK_N", "ORDER_CH", "ORDER_LAG", "RESIDENT"):  # the online kernel's, not whole-row's
+            p.pop(k, None)
         out.append(("refine:row-in-registers", p, "the row fits in registers: read it once"))
     return out
 
@@ -354,14 +354,19 @@ _GUARDED_STEP = [
 ]
 
 
-def _row_stats(ws: str, wd: str) -> list[str]:
-    """The row's max `m` and sum `d` from its chunks' partials at `ws` and `wd` (NSPLIT each),
-    read past L1 (partials of the same launch: a line cached for a neighbouring row is stale)."""
+# A row's chunk partials in ws_ptr's planes [2, n_rows, NSPLIT]: the maxima, then the sums.
+_WS = "ws_ptr + row * NSPLIT"
+_WD = "ws_ptr + (n_rows + row) * NSPLIT"
+
+
+def _row_stats() -> list[str]:
+    """The row's max `m` and sum `d` from its chunks' partials (_WS, _WD), read past L1
+    (partials of the same launch: a line cached for a neighbouring row is stale)."""
     return [
         "kk = tl.arange(0, SPLIT_BLOCK)",
         "kmask = kk < NSPLIT",
-        f"pm = tl.load({ws} + kk, mask=kmask, other=-float('inf'), cache_modifier='.cg')",
-        f"pd = tl.load({wd} + kk, mask=kmask, other=0.0, cache_modifier='.cg')",
+        f"pm = tl.load({_WS} + kk, mask=kmask, other=-float('inf'), cache_modifier='.cg')",
+        f"pd = tl.load({_WD} + kk, mask=kmask, other=0.0, cache_modifier='.cg')",
         "m = tl.max(pm, 0)",
         # all -inf (the whole row: torch gives NaN, as this does): no chunk adds to the sum
         "d = tl.sum(tl.where(pm == -float('inf'), 0.0, pd * tl.exp(pm - m)), 0)",
@@ -374,8 +379,6 @@ def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
         f"x_ptr, {_aux_ptrs(plan)}out_ptr, ws_ptr, cnt_ptr, n_rows, n_cols, CH, NSPLIT{sargs}, "
         "SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, LAG: tl.constexpr"
     )
-    ws = "ws_ptr + row * NSPLIT"
-    wd = "ws_ptr + (n_rows + row) * NSPLIT"
     cnt = "cnt_ptr + 1 + row"
     partial = [
         "m = tl.full([], -float('inf'), tl.float32)",
@@ -383,11 +386,11 @@ def _ordered_kernel(plan: SmPlan, name: str, ev: str) -> str:
         # the first read keeps its lines in L2 for the write pass (whatever EVICT the write
         # pass's loads use)
         *_tiles(plan, "a", _GUARDED_STEP, False, ', eviction_policy="evict_last"'),
-        f"tl.store({ws} + k, m)",
-        f"tl.store({wd} + k, d)",
+        f"tl.store({_WS} + k, m)",
+        f"tl.store({_WD} + k, d)",
         *ticket_count(cnt),
     ]
-    output = [*ticket_wait(cnt), *_row_stats(ws, wd), *_tiles(plan, "c", [], True, ev)]
+    output = [*ticket_wait(cnt), *_row_stats(), *_tiles(plan, "c", [], True, ev)]
     # ORDER_LAG: a row's output chunks run LAG rows after its partial chunks (ticket_head)
     body = ["if k < NSPLIT:", *_ind(partial, 4), "else:", *_ind(output, 4)]
     L = [*_ORDERED_HEAD, "if (row >= 0) & (row < n_rows):", *_ind(body, 4)]
@@ -410,18 +413,18 @@ def _resident_kernel(plan: SmPlan, name: str, ev: str) -> str:
         f"x_ptr, {_aux_ptrs(plan)}out_ptr, ws_ptr, cnt_ptr, n_rows, n_cols, NSPLIT{sargs}, "
         "SPLIT_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, PHASE: tl.constexpr"
     )
-    ws, wd, cnt = "ws_ptr + row * NSPLIT", "ws_ptr + (n_rows + row) * NSPLIT", "cnt_ptr + 2 + row"
+    cnt = "cnt_ptr + 2 + row"
     epi, last = _epi(plan, "y", "")
     partial = [
         "m = tl.max(x, 0)",
         "m_s = tl.where(m == -float('inf'), 0.0, m)",
-        "tl.store(" + ws + " + k, m)",
-        "tl.store(" + wd + " + k, tl.sum(tl.exp(x - m_s), 0))",
+        f"tl.store({_WS} + k, m)",
+        f"tl.store({_WD} + k, tl.sum(tl.exp(x - m_s), 0))",
         *ticket_count(cnt),
     ]
     write = [
         *ticket_wait(cnt),
-        *_row_stats(ws, wd),
+        *_row_stats(),
         f"y = {_normalize(plan, 'x', 'm', 'd')}",
         *epi,
         f"tl.store(out_ptr + offs, {last}.to(out_ptr.dtype.element_ty), mask=mask)",
