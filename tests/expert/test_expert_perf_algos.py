@@ -49,9 +49,10 @@ ALGO_CASES: dict[str, tuple[str, dict[str, int], str, str]] = {
     # programs one row behind their partials (ORDER_LAG 1: the first and last ticket blocks half
     # empty)
     "logsm_long_ordered": ("sm02_log_softmax.py", {"ROWS": 3, "COLS": 20011}, "softmax", "online"),
-    # the register-resident softmax: 79 chunks of 256 a row (the last ragged), the mask aux and
-    # prologue / epilogue ops; on the CPU its two-launch form (partials, then the write)
-    "sm_long_resident": ("SM_LONG_MASKED", {}, "softmax", "online"),
+    # the register-resident softmax (the first seed of long rows): 79 chunks of 256 a row (the
+    # last ragged), the mask aux and prologue / epilogue ops; on the CPU its two-launch form
+    # (partials, then the write)
+    "sm_long_resident": ("SM_LONG_MASKED", {}, "softmax", "resident"),
     # N == 1, a ragged K (odd: no 16-byte row alignment) split over several programs
     "gemv_long_k": ("mm09_matvec_long_k.py", {"M": 37, "K": 20011}, "gemm", "gemv-splitk"),
     # M == 1 (one-token linear): the weight is the matrix, bias + SiLU in the reduce kernel
@@ -595,8 +596,18 @@ def test_softmax_resident_one_launch_where_a_rows_chunks_fit_and_compiles(case, 
     assert kern.count("tl.load(x_ptr") == 1  # read once: the write uses the registers
     fam, plan = _plan(descs, case)
     params = results[case]["reply"].params
-    assert fam.space(plan, dict(params, RESIDENT=0), "memory", {})["RESIDENT"] == [8192, 4096]
+    # the first seed of long rows, chunk sizes tuned as its tile, warps in the memory stage
+    assert fam.algorithms(plan) == ["resident", "online", "three-pass"]
+    assert fam.defaults(plan, "resident") == {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 0, "RESIDENT": 16384}
+    assert fam.space(plan, params, "tiling", {"BLOCK_N": [2048]}) == {"RESIDENT": [4096, 8192, 16384]}
+    assert fam.space(plan, dict(params, num_warps=16), "memory", {})["num_warps"] == [8, 4]
+    # the online kernel is never resident; the resident one always is, in whole powers of two
     assert fam.valid(plan, dict(params, RESIDENT=100)) is not None
+    assert fam.valid(plan, dict(params, RESIDENT=0)) is not None
+    assert fam.valid(plan, dict(params, algorithm="online", num_warps=8)) is not None
+    assert "RESIDENT" not in fam.space(plan, dict(params, algorithm="online", RESIDENT=0), "memory", {})
+    # warps from the chunk (about 32 elements a thread) where none are set
+    assert "num_warps=max(4, min(16, rb // 1024))" in src
     # the GPU's single launch (PHASE 2: the chunk live across the wait), compiled for sm_90
     for block in (8192, 4096):
         out = script_json(_COMPILE_RESIDENT, stdin=json.dumps({"source": src, "block": block}))

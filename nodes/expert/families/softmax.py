@@ -3,9 +3,10 @@
 Last-dim reductions (inner == 1 at run time) use a row kernel whose algorithm is the seed:
   online      one pass keeping a running max and rescaled sum, one pass to write (2 reads); with
               ORDER_CH (memory stage, few long rows) one ticket-ordered launch over chunks of the
-              rows instead, whose write pass finds its chunk in L2 (_ordered_kernel); with
-              RESIDENT (memory stage) one program a chunk kept in registers from its read to
-              its write (_resident_kernel)
+              rows instead, whose write pass finds its chunk in L2 (_ordered_kernel)
+  resident    long rows: one program a chunk of RESIDENT elements, kept in registers from its
+              read to its write while it waits for its row's other chunks (_resident_kernel):
+              one read, one write
   whole-row   the row lives in registers: one read, one write (short rows; long rows at run time
               go to the online kernel, which the file also contains)
   three-pass  max, then sum, then write (3 reads; the simplest, and the safest fallback)
@@ -105,7 +106,10 @@ def algorithms(plan: SmPlan) -> list[str]:
         return ["column-online"]
     if plan.row_len <= WHOLE_ROW_MAX:
         return ["whole-row", "online", "three-pass"]
-    return ["online", "three-pass", "whole-row"]
+    # Long rows: whole-row would run the online kernel at run time (a duplicate seed); the
+    # register-resident chunks read each element once (H100, 4096 x 393216: 4.50 ms against the
+    # online kernel's 6.46 and torch.compile's 6.51, evals/h200/membw_probe.py smrow)
+    return ["resident", "online", "three-pass"]
 
 
 def defaults(plan: SmPlan, algorithm: str) -> dict[str, Any]:
@@ -119,15 +123,20 @@ def defaults(plan: SmPlan, algorithm: str) -> dict[str, Any]:
         return {"ROWS": 1, "BLOCK_N": 4096, "BLOCK_I": 128, "num_warps": 4}
     if algorithm == "online":
         # ORDER_CH 0: one program a row (sm_row_kernel); > 0 the ordered launch (_ordered_kernel)
-        return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "ORDER_CH": 0, "RESIDENT": 0}
+        return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "ORDER_CH": 0}
+    if algorithm == "resident":
+        # RESIDENT elements a program; warps 0: from the chunk, about 32 elements a thread (the
+        # probe's best: 16384 at 16 warps, 4096 at 4); BLOCK_N: the online kernel's, which the
+        # launcher falls back to for rows of more than 4096 chunks
+        return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 0, "RESIDENT": 16384}
     return {"ROWS": 1, "BLOCK_N": 4096, "num_warps": 8}
 
 
 def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
     if params["algorithm"] != "whole-row" and params.get("ROWS", 1) != 1:
         return "ROWS applies to the whole-row algorithm only"
-    if params["algorithm"] != "whole-row" and params.get("num_warps") == 0:
-        return "automatic warps apply to the whole-row algorithm only"
+    if params["algorithm"] not in ("whole-row", "resident") and params.get("num_warps") == 0:
+        return "automatic warps apply to the whole-row and resident algorithms only"
     if "BLOCK_I" in params and params["algorithm"] != "column-online":
         return "BLOCK_I applies to the column-online algorithm only"
     bi = params.get("BLOCK_I", 128)
@@ -139,8 +148,14 @@ def valid(plan: SmPlan, params: dict[str, Any]) -> str | None:
     if oc and params["algorithm"] != "online":
         return "ORDER_CH applies to the online algorithm only"
     res = params.get("RESIDENT", 0)
-    if not isinstance(res, int) or res < 0 or res & (res - 1) or (res and params["algorithm"] != "online"):
-        return "RESIDENT is 0 or a power of two (chunk elements), for the online algorithm only"
+    if (
+        not isinstance(res, int)
+        or res < 0
+        or res & (res - 1)
+        or bool(res) != (params["algorithm"] == "resident")
+        or 0 < res < 16
+    ):
+        return "RESIDENT (chunk elements, a power of two >= 16) is set for the resident algorithm, and only there"
     lag = params.get("ORDER_LAG", 0)
     if not isinstance(lag, int) or lag < 0 or (lag and not oc):
         return "ORDER_LAG is an int >= 0 and applies to the ordered launch (ORDER_CH) only"
@@ -169,6 +184,15 @@ def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
             sp["BLOCK_I"] = [64, 256, 32]
         if stage == "memory":
             sp["num_warps"] = [8, 2]
+    elif params["algorithm"] == "resident":
+        # the chunk is the tile; BLOCK_N sizes only the fallback row kernel
+        sp.pop("ROWS", None)
+        sp.pop("BLOCK_N", None)
+        if stage == "tiling":
+            sp["RESIDENT"] = [v for v in (4096, 8192, 16384) if v != int(params.get("RESIDENT", 0))]
+        if stage == "memory":
+            # a program holds its chunk in registers: few warps would spill it
+            sp["num_warps"] = [v for v in (16, 8, 4) if v != int(params.get("num_warps", 0))]
     else:
         sp.pop("ROWS", None)
         if params["algorithm"] == "online" and stage == "memory" and plan.inner == 1:
@@ -181,8 +205,6 @@ def space(plan: SmPlan, params: dict[str, Any], stage: str, sp: dict[str, list])
                     int(params.get("ORDER_CH", 0)),
                     lambda v: _order_chunk(v, block, r),
                 )
-                # the row's chunks kept in registers across the wait for its partials (one read)
-                sp["RESIDENT"] = [v for v in (8192, 4096) if v != int(params.get("RESIDENT", 0))]
     return sp
 
 
@@ -194,7 +216,7 @@ def refinements(plan: SmPlan, params: dict[str, Any]) -> list[tuple[str, dict[st
     if params["algorithm"] in ("online", "three-pass") and plan.row_len <= WHOLE_ROW_MAX:
         p = dict(params, algorithm="whole-row")
         p.update(defaults(plan, "whole-row"))
-        for k in ("BLOCK_N", "ORDER_CH", "ORDER_LAG", "RESIDENT"):  # the online kernel's, not whole-row's
+        for k in ("BLOCK_N", "ORDER_CH", "ORDER_LAG"):  # the online kernel's, not whole-row's
             p.pop(k, None)
         out.append(("refine:row-in-registers", p, "the row fits in registers: read it once"))
     return out
@@ -572,14 +594,14 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
     if algo == "whole-row":
         kernels.append(_whole_row_kernel(plan, "sm_whole_row_kernel", ev))
         kernels.append(_row_kernel(plan, "online", "sm_row_kernel", ev))
-    elif algo in ("online", "three-pass", "column-online"):
+    elif algo in ("online", "three-pass", "column-online", "resident"):
         # column-online still carries the row kernel: the reduced dim may be last at run time.
         kernels.append(
             _row_kernel(plan, "three-pass" if algo == "three-pass" else "online", "sm_row_kernel", ev)
         )
         if algo == "online" and int(params.get("ORDER_CH", 0)):
             kernels.append(_ordered_kernel(plan, "sm_ordered_kernel", ev))
-        if algo == "online" and int(params.get("RESIDENT", 0)):
+        if algo == "resident":
             kernels.append(_resident_kernel(plan, "sm_resident_kernel", ev))
     else:
         raise Unsupported(f"unknown softmax algorithm {algo}")
@@ -657,8 +679,10 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
         L.append(f"    block_n = max(16, min({block_n}, triton.next_power_of_2(R)))")
         order_ch = int(params.get("ORDER_CH", 0)) if algo == "online" else 0
         lag = int(params.get("ORDER_LAG", 0))
-        resident = int(params.get("RESIDENT", 0)) if algo == "online" else 0
+        resident = int(params.get("RESIDENT", 0)) if algo == "resident" else 0
         if resident:
+            # warps 0: about 32 elements a thread, 4 to 16 warps
+            res_warps = "max(4, min(16, rb // 1024))" if warps == 0 else str(warps)
             L += [
                 f"    rb = max(16, min({resident}, triton.next_power_of_2(R)))",
                 "    split = triton.cdiv(R, rb)",
@@ -669,7 +693,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
                 # one launch where a row's chunks fit one per SM (_resident_kernel), else two
                 "        for ph in (2,) if split <= sms else (0, 1):",
                 f"            sm_resident_kernel[(outer * split,)](x{aargs}, out, ws, cnt, outer, R, split{scall}, "
-                f"SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=rb, PHASE=ph, num_warps={warps})",
+                f"SPLIT_BLOCK=triton.next_power_of_2(split), BLOCK_N=rb, PHASE=ph, num_warps={res_warps})",
                 "        return out",
             ]
         if order_ch:
@@ -687,7 +711,7 @@ def generate(desc: TaskDescription, view: GraphView, plan: SmPlan, params: dict[
                 "        return out",
             ]
         L += [
-            f"    sm_row_kernel[(outer,)](x{aargs}, out, R{scall}, BLOCK_N=block_n, num_warps={warps})",
+            f"    sm_row_kernel[(outer,)](x{aargs}, out, R{scall}, BLOCK_N=block_n, num_warps={warps or 8})",
             "    return out",
         ]
     # Scalar leaves deduplicated in the same order as _scalar_args.
