@@ -520,7 +520,8 @@ def test_rownorm_ordered_split_is_one_launch_counting_each_pass(case, passes, re
     # partials of the same launch are read past L1
     assert src.count("cache_modifier='.cg'") == src.count("tl.load(ws_ptr") > 0
     fam, plan = _plan(descs, case)
-    assert fam.space(plan, results[case]["reply"].params, "memory", {})["ORDER_CH"]
+    # verified when set, not offered by the tuning stages (it lost on the GPU: rownorm.space)
+    assert "ORDER_CH" not in fam.space(plan, dict(results[case]["reply"].params, ORDER_CH=0), "memory", {})
 
 
 @pytest.mark.parametrize("case", ["sm_long_ordered", "logsm_long_ordered"])

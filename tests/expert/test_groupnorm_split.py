@@ -96,7 +96,8 @@ def test_ordered_one_launch_verifies_with_many_chunks_a_row():
     desc = tb.describe(task, shrink=False)
     first = _seeds(desc, 1)[0]
     unit = plan_for(desc).units[0]
-    assert unit.fam is gnfam and gnfam.space(unit.plan, first.params, "memory", {})["ORDER_CH"]
+    # verified when set; not offered by the memory stage (it lost on the GPU: groupnorm.space)
+    assert unit.fam is gnfam and "ORDER_CH" not in gnfam.space(unit.plan, first.params, "memory", {})
     params = dict(first.params, ORDER_CH=600, BLOCK_N=256, num_warps=4)
     src = gnfam.generate(desc, unit.view, unit.plan, params)
     assert "gn_stats_kernel" not in src and "gn_ordered_kernel[(rows * 2 * split,)]" in src

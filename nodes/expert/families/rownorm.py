@@ -378,12 +378,11 @@ def space(plan: RowPlan, params: dict[str, Any], stage: str, sp: dict[str, list]
             sp["ROW_WARPS"] = _row_warps(plan)[:2]
     if params["algorithm"] == SPLIT and stage == "mapping":
         sp["PROGS_PER_SM"] = [4, 16, 2, 32]
-    if params["algorithm"] == SPLIT and stage == "memory":
-        # the ordered one-launch variant (a chunk's later passes read it from L2). On an H100 a
-        # LayerNorm with full-shape weights (16 rows of 4M) lost with every chunk size (0.35 to
-        # 0.57 ms against 0.29 for two launches), while a softmax's long rows gained 10%: one
-        # chunk size, for the timing to decide
-        sp["ORDER_CH"] = [16384]
+    # The ordered one-launch variant (ORDER_CH: a chunk's later passes read it from L2) is not
+    # offered: on an H100 a LayerNorm with full-shape weights (16 rows of 4M elements) lost with
+    # every chunk size in two sittings (0.35 to 0.57 ms against 0.29 for two launches), and in
+    # the tuned runs of 2026-12-08 it was screened out at 0.45-0.46 ms against 0.28-0.29 (suite
+    # nm10, KernelBench level1/40). Its kernel stays for a model (or a caller) that sets it.
     return sp
 
 
