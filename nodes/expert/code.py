@@ -17,6 +17,7 @@ from nodes.models import CodeReply, CodeRequest, ModelFormatError
 from . import spaces
 from .assemble import group_at_line
 from .debugger import failing_line
+from .families.library import ALGORITHMS as LIBRARY_ALGORITHMS
 from .graphview import Unsupported
 from .hostgraph import GRAPH_REPLAY, HOST_PARAM, graph_replay_offered, host_bound, host_bound_at_seed
 from .lowering import Lowering, Unit, lower, own, replace_unit
@@ -198,7 +199,41 @@ class ExpertCode:
                 if _key(params) in tried or origin in recent_origins or not low.valid(params):
                     continue
                 return self._reply(req, low, params, origin, note)
+        swap = self._swap(req, low, base, tried)
+        if swap is not None:
+            return swap
         return CodeReply(source=None, family=low.family, note="no exact refinement left for this algorithm")
+
+    def _swap(
+        self, req: CodeRequest, low: Lowering, base: dict[str, Any], tried: set[str]
+    ) -> CodeReply | None:
+        """A partition's seeds pair each group's k-th algorithm, so two groups' best algorithms
+        may never meet in one seed (the suite's cx31: its depthwise conv's direct kernel came
+        only with a split-row LayerNorm over rows of 96). After the exact refinements, the best
+        kernel with one group (alike groups together, the most expensive first) on another of
+        its algorithms, the others kept: the timing decides, so only on a GPU (on the CPU no
+        refinement is timed against its incumbent)."""
+        lowered = low.at(base)
+        if lowered.kind != "partition" or req.desc is None or req.desc.device != "cuda":
+            return None
+        for units in alike_units(lowered, base):
+            u = units[0]
+            current = own(u.tag, base).get("algorithm")
+            for algo in u.algorithms(req.policy):
+                if algo == current:
+                    continue
+                cand = dict(base)
+                for m in units:
+                    cand = replace_unit(cand, m.tag, m.defaults(algo))
+                chosen = [own(m.tag, cand).get("algorithm") for m in lowered.units]
+                if all(a in LIBRARY_ALGORITHMS for a in chosen):
+                    continue  # no Triton kernel left
+                if _key(cand) in tried or not low.valid(cand):
+                    continue
+                tags = "+".join(str(m.tag) for m in units)
+                note = f"{tags} ({u.name}): {current} -> {algo}, the other groups kept"
+                return self._reply(req, low, cand, f"refine:swap:{tags}={algo}", note)
+        return None
 
     def _tune(self, req: CodeRequest, low: Lowering) -> CodeReply:
         base = self._base(req, low)

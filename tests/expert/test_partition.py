@@ -213,3 +213,48 @@ def test_debugger_and_fix_target_the_group_owning_the_failing_line(pdescs):
     fix = code.write(request(pdescs["mlp"], mode="fix", failed=att, diagnosis=diag))
     changed = {k.split(".")[0] for k in fix.params if fix.params[k] != seed.params.get(k)}
     assert changed == {"g1"} and fix.origin.endswith("@g1")
+
+
+def test_refine_swaps_one_groups_algorithm_after_the_exact_refinements(pdescs):
+    """A partition's seeds pair each group's k-th algorithm; the refinements then move one group
+    (the most expensive first) to another of its algorithms, the others kept, and the swapped
+    candidate verifies."""
+    from nodes.expert.code import plan_for, units_by_cost
+    from nodes.expert.lowering import own
+
+    desc = pdescs["cnn"].model_copy(update={"device": "cuda"})
+    code = ExpertCode()
+    seed = code.write(request(desc, seed_index=1, n_seeds=4))
+    low = plan_for(desc).at(seed.params)  # the lowering the seed came from (maybe the fused one)
+    best = BestKernel(
+        candidate=Candidate(
+            id="c", source=seed.source, stage="algorithm", origin=seed.origin, params=seed.params
+        ),
+        check=CheckReport(accepted=True),
+    )
+    tried: list[dict] = []
+    swaps = []
+    for _ in range(30):
+        r = code.write(request(desc, mode="refine", best=best, tried=tried))
+        if r.source is None:
+            break
+        tried.append(r.params)
+        if r.origin.startswith("refine:swap:"):
+            swaps.append(r)
+    assert swaps, "no swap offered"
+    algos = lambda p: {u.tag: own(u.tag, p).get("algorithm") for u in low.units}  # noqa: E731
+    for r in swaps:
+        changed = {t for t, a in algos(r.params).items() if a != algos(seed.params)[t]}
+        # one group (or a class of alike groups) on another algorithm, with that algorithm's defaults
+        assert changed and r.origin.split("=")[0].removeprefix("refine:swap:").split("+") == sorted(changed)
+        assert any(a not in ("library", "library-channels-last") for a in algos(r.params).values())
+    # the alternatives of the most expensive group that has any come first
+    first = next(u.tag for u in units_by_cost(low) if len(u.algorithms("mixed")) > 1)
+    assert swaps[0].origin.startswith(f"refine:swap:{first}"), [s.origin for s in swaps]
+    # every swap is a distinct candidate, and the first one verifies
+    assert len({str(sorted(s.params.items())) for s in swaps}) == len(swaps)
+    # on the CPU nothing is timed: no swap
+    cpu = code.write(request(pdescs["cnn"], mode="refine", best=best, tried=tried[: -len(swaps)]))
+    assert cpu.source is None or not cpu.origin.startswith("refine:swap:")
+    res = run_jobs(check_jobs(TASKS["cnn"], {}, [swaps[0]], trials=2))[0]
+    assert res.get("ok"), res.get("error")
