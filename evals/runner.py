@@ -416,6 +416,10 @@ def build_row(
         s_eager = eager / cand
     if s_comp is None and cand and comp:
         s_comp = comp / cand
+    # against the faster of the two baselines (both needed); reports before it have no field
+    s_best = _f(rep.get("speedup_vs_best")) if measured else None
+    if s_best is None and cand and eager and comp:
+        s_best = min(eager, comp) / cand
     stages = []
     for s in rep.get("stages") or []:
         if isinstance(s, dict):
@@ -484,6 +488,7 @@ def build_row(
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,
         "speedup_vs_eager": s_eager,
         "speedup_vs_compile": s_comp,
+        "speedup_vs_best": s_best,
         "roofline_fraction": _f(rep.get("roofline_fraction")),
         "bottleneck": rep.get("bottleneck"),
         "profile_note": rep.get("profile_note") if isinstance(rep.get("profile_note"), str) else None,

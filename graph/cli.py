@@ -255,7 +255,8 @@ def _print_summary(report: dict, out: Path) -> None:
             out_console.print(
                 f"verified: candidate {t['candidate_ms']:.4f} ms | eager {t['eager_ms']:.4f} ms | "
                 f"torch.compile {t['compile_ms'] if t['compile_ms'] is None else format(t['compile_ms'], '.4f')} ms | "
-                f"speedup vs eager {fmt(report['speedup_vs_eager'])}, vs compile {fmt(report['speedup_vs_compile'])}"
+                f"speedup vs eager {fmt(report['speedup_vs_eager'])}, vs compile {fmt(report['speedup_vs_compile'])}, "
+                f"vs the faster of the two {fmt(report.get('speedup_vs_best'))}"
             )
         else:
             out_console.print(f"verified on {report['device']}; timing: {report['timing_note']}")

@@ -277,6 +277,15 @@ class TimingReport(Record):
             return self.compile_ms / self.candidate_ms
         return None
 
+    @property
+    def speedup_vs_best(self) -> float | None:
+        """Against the faster of eager and torch.compile, both timed in this run: what a user
+        would run instead. Never above either ratio, so a baseline that one run measured slow
+        (a host-bound call on a busy host) cannot inflate it."""
+        if self.measured and self.candidate_ms and self.eager_ms and self.compile_ms:
+            return min(self.eager_ms, self.compile_ms) / self.candidate_ms
+        return None
+
 
 Bottleneck = Literal["memory", "compute", "latency", "unknown"]
 

@@ -77,6 +77,7 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
         else (final.reason if final is not None else "no verified kernel to time"),
         "speedup_vs_eager": final.speedup_vs_eager if final is not None and verified else None,
         "speedup_vs_compile": final.speedup_vs_compile if final is not None and verified else None,
+        "speedup_vs_best": final.speedup_vs_best if final is not None and verified else None,
         "roofline_fraction": profile.roofline_fraction if profile else None,
         "bottleneck": profile.bottleneck if profile else None,
         # the profiler's one line on the final kernel (why it is where it is on its roofline)

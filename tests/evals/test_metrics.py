@@ -307,3 +307,23 @@ def test_a_final_benchmark_slowed_by_the_host_says_so() -> None:
     assert len(flags) == 1 and "host-bound there" in flags[0] and "0.370 ms" in flags[0]
     lib = degenerate_flags(row("lib", True, 0.75, candidate_ms=6.36, stage_ms=4.83, cudagraph_ms=6.3))
     assert "a library's algorithm choice?" in lib[0]
+
+
+def test_speedup_against_the_faster_baseline() -> None:
+    from graph.records import TimingReport
+
+    # torch.compile measured slower than eager (a host-bound call on a busy host): the faster
+    # baseline is eager's, so the ratio against it is never above either one
+    t = TimingReport(measured=True, candidate_ms=0.012, eager_ms=0.021, compile_ms=0.106)
+    assert t.speedup_vs_compile == pytest.approx(0.106 / 0.012)
+    assert t.speedup_vs_best == pytest.approx(0.021 / 0.012)
+    assert TimingReport(measured=True, candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5).speedup_vs_best == 1.5
+    # both baselines are needed, and a measured timing
+    assert TimingReport(measured=True, candidate_ms=1.0, eager_ms=2.0).speedup_vs_best is None
+    assert (
+        TimingReport(measured=False, candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5).speedup_vs_best is None
+    )
+    rows = [row("a", True, 2.0, 4.0, speedup_vs_best=2.0), row("b", True, 8.0, 1.0, speedup_vs_best=1.0)]
+    s = summarize(rows)
+    assert s["speedup"]["vs_best"]["geomean"] == pytest.approx(2**0.5)
+    assert s["fast_p"]["vs_best"]["1.5"] == pytest.approx(0.5)

@@ -4,6 +4,8 @@ priority while timed, and where the baselines came from (cached by the prefetch,
 import json
 from pathlib import Path
 
+import pytest
+
 from evals.runner import EvalConfig, build_row, task_dir
 from evals.tasks import TaskEntry
 from graph.records import BestKernel, Candidate, CheckReport, TimingReport
@@ -54,6 +56,8 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
     )
     row = build_row(cfg, task, 0, exit_code=0, wall=10.0)
     assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29 and row["stage_ms"] == 0.31
+    # against eager 0.6 and torch.compile 0.4: the faster, compile's
+    assert row["speedup_vs_best"] == pytest.approx(0.4 / 0.3)
     assert row["baseline"].startswith("eager measured, torch.compile cached")
     assert row["precision"] is None  # no parameters recorded
 
