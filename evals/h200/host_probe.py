@@ -2,7 +2,7 @@
 host profile, and the cost of one Triton launch by the JIT path, by the compiled kernel's own
 launcher and of one PyTorch op.
 
-    python -m evals.h200.host_probe [TASK.py KERNEL.py ...] [--calls 300] [--out DIR]
+    python -m evals.h200.host_probe [TASK.py KERNEL.py|PARAMS.json ...] [--calls 300] [--load 0,16] [--out DIR]
 
 For each (task, kernel file) pair: ModelNew (its `forward_eager` when the file replays a CUDA
 graph) on the task's inputs, per call: the launched forward (CUDA events around each call,
@@ -14,6 +14,16 @@ cache key, launch metadata), through the CompiledKernel the first launch returne
 (`compiled[grid](...)`: the C launcher alone) and `torch.add(out=)`, each as microseconds of host
 time per launch.
 
+A PARAMS.json in place of a kernel file holds an expert candidate's parameters (a report.json's
+`params`): the kernel is generated from them for the task at its own sizes (written to --out).
+`--load 0,16` times each forward once per count of busy CPU processes running beside it (pure
+Python loops, one a process), with the timing's own priority (tools/worker/timing.py
+timing_priority): whether a launched forward's median follows the host's load.
+
+Why the load: three of the suite's tasks (cx11, cx14, cx26; H100, 2026-12-08) had final
+benchmarks 1.2-2.1x their stage's figure for the same kernel, whose CUDA-graph replay had not
+moved; the final benchmarks ran while other tasks compiled their torch.compile baselines.
+
 Why: the suite's squeeze-excite (cx19) took 0.267 ms launched against 0.0975 ms replayed (H200,
 2026-12-06), its GRU cell (cx10) 2.17 ms against 1.06 ms, about 30 us of host time per kernel
 group. Whether that is Triton's launch path or the generated forward's own Python decides the
@@ -23,6 +33,7 @@ fix (a cheaper launch for every candidate, or leaner forwards).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -79,7 +90,57 @@ def launch_costs(n: int = 2000) -> dict[str, float]:
     }
 
 
-def forward_costs(task_path: str, kernel_path: str, calls: int) -> dict[str, Any]:
+def kernel_from_params(task_path: str, params_path: str, out_dir: str | None) -> str:
+    """The expert's kernel file for `params` (a candidate's parameters, e.g. a report.json's
+    `params`) on the task at its own sizes, on the GPU's description; returns its path."""
+    import torch
+
+    from graph.records import TaskSpec
+    from nodes.expert.code import plan_for
+    from tools.toolbox import Toolbox
+
+    src = Path(task_path).read_text()
+    params = json.loads(Path(params_path).read_text())
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = TaskSpec(path=task_path, name=Path(task_path).stem, source=src, device=device)
+    desc = Toolbox().describe(spec, shrink=False)
+    source = str(plan_for(desc).generate(desc, params))
+    dest = Path(out_dir or ".", f"{Path(task_path).stem}.model_new.py")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(source)
+    return str(dest)
+
+
+def _spin(stop) -> None:
+    """A busy CPU process (the probe's --load): pure Python arithmetic until told to stop."""
+    x = 0
+    while not stop.is_set():
+        for i in range(10000):
+            x = (x * 31 + i) % 1000003
+
+
+@contextlib.contextmanager
+def cpu_load(n: int):
+    """`n` busy processes for the duration of the block (0: none)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(0.5 if n else 0.0)  # let them reach their loops
+        yield procs
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+
+
+def forward_costs(task_path: str, kernel_path: str, calls: int, profile: bool = True) -> dict[str, Any]:
     import torch
 
     from tools.worker.common import load_module, load_task
@@ -125,14 +186,15 @@ def forward_costs(task_path: str, kernel_path: str, calls: int) -> dict[str, Any
         b.record()
         torch.cuda.synchronize()
         replay = a.elapsed_time(b) / calls
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            fwd(*inputs)
-        prof.disable()
-        torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        text = io.StringIO()
+        if profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                fwd(*inputs)
+            prof.disable()
+            torch.cuda.synchronize()
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
     return {
         "task": task_path,
         "kernel": kernel_path,
@@ -145,12 +207,19 @@ def forward_costs(task_path: str, kernel_path: str, calls: int) -> dict[str, Any
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("pairs", nargs="*", help="TASK.py KERNEL.py, repeated")
+    ap.add_argument("pairs", nargs="*", help="TASK.py KERNEL.py (or PARAMS.json), repeated")
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--load", default="0", help="comma-separated counts of busy CPU processes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if len(args.pairs) % 2:
         ap.error("give task and kernel files in pairs")
+    try:
+        loads = [int(x) for x in args.load.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--load takes comma-separated integers, not {args.load!r}")
+    if not loads or min(loads) < 0:
+        ap.error("--load needs counts >= 0")
     import torch
     import triton
 
@@ -164,14 +233,26 @@ def main() -> None:
     print(json.dumps(head))
     rows: list[dict[str, Any]] = [{"launch": launch_costs()}]
     print(json.dumps(rows[0]))
+    from tools.worker.timing import timing_priority
+
     for task_path, kernel_path in zip(args.pairs[::2], args.pairs[1::2], strict=True):
-        row = forward_costs(task_path, kernel_path, args.calls)
-        rows.append(row)
-        print(
-            f"{Path(task_path).stem}: launched {row['launched_ms']:.4f} ms, host issue "
-            f"{row['host_issue_ms']:.4f} ms, replay {row['replay_ms']:.4f} ms a call"
-        )
-        print(row["profile"])
+        if kernel_path.endswith(".json"):
+            kernel_path = kernel_from_params(task_path, kernel_path, args.out)
+        for i, n in enumerate(loads):
+            prio: dict[str, Any] = {}
+            with cpu_load(n), timing_priority([os.getpid()], prio):
+                row = forward_costs(task_path, kernel_path, args.calls, profile=i == 0)
+            row.update(
+                cpu_load=n, priority=prio.get("host_priority"), host_cpu_busy=prio.get("host_cpu_busy")
+            )
+            rows.append(row)
+            print(
+                f"{Path(task_path).stem} (busy processes {n}, {row['priority']}): launched "
+                f"{row['launched_ms']:.4f} ms, host issue {row['host_issue_ms']:.4f} ms, replay "
+                f"{row['replay_ms']:.4f} ms a call"
+            )
+            if row["profile"]:
+                print(row["profile"])
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "host_probe.json").write_text(json.dumps({**head, "rows": rows}, indent=1))

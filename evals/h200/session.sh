@@ -46,9 +46,10 @@
 #            arguments, e.g. --k 65536)
 #   libwarm  a fresh process's first conv and matmul with and without loading cuDNN's and
 #            cuBLAS's libraries first (evals/h200/libwarm_probe.py; its arguments)
-#   host     `session.sh host [TASK.py KERNEL.py ...]`: one Triton launch's host cost (JIT path,
-#            compiled launcher, a PyTorch op) and each kernel file's launched forward against its
-#            CUDA-graph replay, with its host profile (evals/h200/host_probe.py)
+#   host     `session.sh host [TASK.py KERNEL.py|PARAMS.json ...] [--load 0,16]`: one Triton
+#            launch's host cost (JIT path, compiled launcher, a PyTorch op) and each kernel file's
+#            (or candidate parameters') launched forward against its CUDA-graph replay, with its
+#            host profile, beside that many busy CPU processes (evals/h200/host_probe.py)
 set -euo pipefail
 step=${1:?usage: session.sh tests|hostile|softmax|kb|kb-tuned|kb-ragged|suite|rnn|convnets|tasks|probe|kernels|membw|libwarm|host|tf32 [ARGS...]}
 shift
