@@ -91,7 +91,14 @@ def test_full_run_writes_rows_report_and_kernels(full_run: tuple[Path, float]) -
         assert r["device"] == "cpu" and r["backend"] == "local" and r["exit_code"] is not None
         # CPU has no timing: no row may claim a speedup or a measured time.
         assert r["timing_measured"] is False
-        for k in ("speedup_vs_eager", "speedup_vs_compile", "candidate_ms", "eager_ms", "compile_ms"):
+        for k in (
+            "speedup_vs_eager",
+            "speedup_vs_compile",
+            "speedup_vs_best",
+            "candidate_ms",
+            "eager_ms",
+            "compile_ms",
+        ):
             assert r[k] is None, (tid, k, r[k])
         assert [s["stage"] for s in r["stages"] if s["outcome"] != "skipped"] == ["algorithm"]
         if tid == UNSUPPORTED:
@@ -108,9 +115,9 @@ def test_full_run_writes_rows_report_and_kernels(full_run: tuple[Path, float]) -
     overall = metrics["overall"]
     assert metrics["complete"] is True
     assert overall["tasks"] == 3 and overall["failed"] == 1
-    assert overall["measured"] == {"vs_eager": 0, "vs_compile": 0}
+    assert overall["measured"] == {"vs_eager": 0, "vs_compile": 0, "vs_best": 0}
     # fast_0 is the correctness rate; above 0 no measurement means no fast_p, not a made-up 0% or 100%.
-    for base in ("vs_eager", "vs_compile"):
+    for base in ("vs_eager", "vs_compile", "vs_best"):
         fp = overall["fast_p"][base]
         assert fp["0.0"] == pytest.approx(2 / 3) and {v for k, v in fp.items() if k != "0.0"} == {None}, fp
         assert overall["speedup"][base]["geomean"] is None and overall["speedup"][base]["n"] == 0
