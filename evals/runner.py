@@ -483,6 +483,9 @@ def build_row(
         # the host's CPUs were while it was timed: a median far above the replay on a busy host is
         # the host's time, not the kernels'
         "cudagraph_ms": _f(tm.get("cudagraph_ms")),
+        # torch.compile's output within the bar our kernels must pass (None: not held to it)
+        "compile_within_bar": (tm.get("compile_check") or {}).get("within_bar"),
+        "compile_check_note": (tm.get("compile_check") or {}).get("reason"),
         "host_cpu_busy": _f(tm.get("host_cpu_busy")),
         "baseline": tm.get("baseline") if isinstance(tm.get("baseline"), str) else None,
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,

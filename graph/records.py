@@ -242,6 +242,9 @@ class TimingReport(Record):
     compile_ms: float | None = None
     compile_p20_ms: float | None = None
     compile_p80_ms: float | None = None
+    # torch.compile's own output against the checker's bar on the timed inputs
+    # (tools/worker/timing.py compile_accuracy): {"within_bar": bool, ...}, or why it was not held to it
+    compile_check: dict[str, Any] | None = None
     # where eager/compile figures came from: "measured" in this job, or "cached <when>" (same
     # task, sizes, GPU and versions, measured earlier on this machine)
     baseline: str | None = None

@@ -25,6 +25,8 @@ def build_report(values: dict[str, Any], *, thread_id: str, wall_s: float | None
             "candidate_p80_ms": final.candidate_p80_ms,
             "eager_ms": final.eager_ms,
             "compile_ms": final.compile_ms,
+            # torch.compile's own output held to the checker's bar (within_bar, or why not held)
+            "compile_check": final.compile_check,
             "cudagraph_ms": final.cudagraph_ms,
             # the host's load and the timing's priority while it was timed, and where the
             # eager/torch.compile figures came from (measured here, or cached earlier in the run)

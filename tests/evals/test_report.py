@@ -45,7 +45,14 @@ def cpu_row(task: str, verified: bool) -> dict[str, Any]:
 def test_gpu_report_draws_every_plot_with_the_run_in_the_titles(tmp_path: Path) -> None:
     rows = [
         gpu_row("a", "level1", 2.0, 1.2),
-        gpu_row("b", "level1", 0.8, 0.5),
+        gpu_row(
+            "b",
+            "level1",
+            0.8,
+            0.5,
+            compile_within_bar=False,
+            compile_check_note="mismatch: trial torch.compile",
+        ),
         gpu_row("c", "level2", 3.0, 1.5),
         {**gpu_row("d", "level2", 1.0, 1.0), "verified": False, "speedup_vs_eager": None},
     ]
@@ -71,6 +78,12 @@ def test_gpu_report_draws_every_plot_with_the_run_in_the_titles(tmp_path: Path) 
     assert "- measured on: NVIDIA H200 | float32" in md
     # the last speedup column: against the faster of the two baselines (here compile's 1.5x)
     assert "| level2 | 2 | 1 (50%) | 50.0% | 3.00x | 3.00x | 1.50x | 50.0% | 1.50x | 30 |" in md
+    # the one task whose torch.compile output missed the bar is named, with the ratio against it
+    assert m["compile_outside_bar"] == [
+        {"task": "level1__b", "speedup_vs_compile": 0.5, "reason": "mismatch: trial torch.compile"}
+    ]
+    assert "## torch.compile outside the checker's bar" in md
+    assert "- level1__b: ours 0.50x of it: mismatch: trial torch.compile" in md
     # Error bars: the speedup at the kernel's p80 and p20 times.
     assert _spread(rows[0], rows[0]["eager_ms"]) == pytest.approx((2.0 / 1.1, 2.0 / 0.95))
     assert _spread({"candidate_p20_ms": None, "candidate_p80_ms": 1.0}, 2.0) is None

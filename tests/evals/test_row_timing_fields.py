@@ -19,6 +19,10 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
         eager_ms=0.6,
         compile_ms=0.4,
         cudagraph_ms=0.29,
+        compile_check={
+            "within_bar": False,
+            "reason": "mismatch: trial torch.compile output 0: 9/10 elements",
+        },
         host_cpu_busy=0.42,
         host_priority="nice -10",
         baseline="eager measured, torch.compile cached 2026-12-03T14:00:00",
@@ -57,6 +61,7 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
     row = build_row(cfg, task, 0, exit_code=0, wall=10.0)
     assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29 and row["stage_ms"] == 0.31
     # against eager 0.6 and torch.compile 0.4: the faster, compile's
+    assert row["compile_within_bar"] is False and row["compile_check_note"].startswith("mismatch")
     assert row["speedup_vs_best"] == pytest.approx(0.4 / 0.3)
     assert row["baseline"].startswith("eager measured, torch.compile cached")
     assert row["precision"] is None  # no parameters recorded

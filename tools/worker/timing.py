@@ -28,6 +28,7 @@ The speed-of-light counts (bytes read, FLOPs of the reference) are cached the sa
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import math
@@ -68,6 +69,9 @@ ADOPT_RATIO = 3.0
 # a lie, yet beyond 3x, and the task was lost. A claim below the speed-of-light bound is never
 # adopted: that is a lie whatever the clocks say.
 ADOPT_HOST_MS = 0.05
+# torch.compile's output is held to the checker's bar (compile_accuracy) for inputs up to this
+# size: the float64 twin of the reference needs about twice the inputs again.
+COMPILE_CHECK_MAX_BYTES = 1 << 28
 # The judge's allowance for the runner's own work inside the wall window: drawing the inputs
 # (timed here on the same seed) and copying the last output back (at least this fast).
 COPY_BYTES_PER_S = 2.0e9
@@ -166,6 +170,49 @@ def rel_err(got: list[Any], want: list[Any], chunk: int = SAME_CHUNK) -> float:
         if xf.numel():
             worst = max(worst, e / (mag + 1e-30))
     return worst
+
+
+def compile_accuracy(
+    ref: Any, compiled: Any, inputs: list[Any], tolerance: float | None = None
+) -> dict[str, Any]:
+    """Whether torch.compile's output on the timed inputs passes the bar a candidate must pass
+    (tools/worker/check.py compare: the float64 twin of the reference, the tolerance plus 4x the
+    reference's own error). Eager convolutions pick their cuDNN algorithm per layout, and a
+    compiled graph that moves a convolution to channels-last can get a TF32 kernel that eager's
+    NCHW one is not; a candidate doing the same is refused. Never raises: {"within_bar": True,
+    "max_abs", "allowed"}, {"within_bar": False, "reason"}, {"skipped": why} or {"error": why}."""
+    from tools.worker.check import Rejected, compare, tolerance_for
+    from tools.worker.common import clone_inputs, float64_twin_mode, upcast_copies
+
+    nbytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    if nbytes > COMPILE_CHECK_MAX_BYTES:
+        return {"skipped": f"inputs of {nbytes / 2**30:.1f} GiB (the float64 twin would need twice that)"}
+    stats: dict[str, Any] = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False, "notes": []}
+    stats.update(atol=None, rtol=None)
+    try:
+        with torch.no_grad():
+            got = as_outputs(compiled(*clone_inputs(inputs)))
+            native = as_outputs(ref(*clone_inputs(inputs)))
+            twin = copy.deepcopy(ref).double()
+            with float64_twin_mode():
+                full = as_outputs(twin(*upcast_copies(inputs)))
+            del twin
+            for i, (c, r64, rn) in enumerate(zip(got, full, native, strict=True)):
+                if isinstance(rn, torch.Tensor):
+                    compare("torch.compile", i, c, r64, rn, tolerance, stats)
+    except Rejected as e:
+        return {"within_bar": False, "reason": e.reason[:400]}
+    except Exception as e:  # noqa: BLE001 - a note on the baseline, never a failed timing
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    atol, rtol = stats.get("atol"), stats.get("rtol")
+    if atol is None:
+        atol, rtol, _ = tolerance_for(torch.float32, tolerance)
+    return {
+        "within_bar": True,
+        "max_abs": stats["max_abs"],
+        "allowed": max(float(atol), 4.0 * stats["ref_err"]),
+        "rtol": rtol,
+    }
 
 
 class BaselineCache:
@@ -325,6 +372,13 @@ def _time(
                 compiled = None
                 out["compile_error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
         lap("compile_warmup")
+        if compiled is not None:
+            # is torch.compile's own output within the bar a candidate must pass? (cached with
+            # its median; the report names the tasks where it is not)
+            with locked(False, "time.compile_check"):
+                out["compile_check"] = compile_accuracy(ref, compiled, inputs, opts.get("tolerance"))
+                torch.cuda.synchronize()
+            lap("compile_check")
 
     pids = [os.getpid()] + ([runner.pid] if runner is not None and getattr(runner, "pid", 0) else [])
     with locked(True, "time.kept"), torch.no_grad(), timing_priority(pids, out):
@@ -386,6 +440,8 @@ def _time(
                 out["compile_p20_ms"], out["compile_p80_ms"] = cached_compile["p20"], cached_compile["p80"]
             else:
                 out["compile_error"] = cached_compile.get("error")
+            if cached_compile.get("check") is not None:
+                out["compile_check"] = cached_compile["check"]
             out["baseline"] = f"eager measured, torch.compile cached {cached_compile.get('measured_at')}"
         elif compiled is not None:
             try:
@@ -395,7 +451,7 @@ def _time(
                     cb["p20"],
                     cb["p80"],
                 )
-                cache.put("compile", cb)
+                cache.put("compile", {**cb, "check": out.get("compile_check")})
             except Exception as ex:
                 out["compile_error"] = f"{type(ex).__name__}: {str(ex)[:200]}"
             lap("bench_compile")
