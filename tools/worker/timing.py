@@ -191,8 +191,18 @@ def compile_accuracy(
     stats.update(atol=None, rtol=None)
     try:
         with torch.no_grad():
-            got = as_outputs(compiled(*clone_inputs(inputs)))
+            torch.manual_seed(0)
             native = as_outputs(ref(*clone_inputs(inputs)))
+            torch.manual_seed(1)
+            again = as_outputs(ref(*clone_inputs(inputs)))
+            if any(
+                isinstance(a, torch.Tensor) and not torch.equal(a, b)
+                for a, b in zip(native, again, strict=True)
+            ):
+                # random ops: torch.compile draws its own numbers, so no comparison can hold
+                return {"skipped": "the reference's output changes from call to call (random ops)"}
+            del again
+            got = as_outputs(compiled(*clone_inputs(inputs)))
             twin = copy.deepcopy(ref).double()
             with float64_twin_mode():
                 full = as_outputs(twin(*upcast_copies(inputs)))
