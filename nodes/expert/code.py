@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from graph.records import RoleUsage
+from graph.reducers import headroom
 from nodes.models import CodeReply, CodeRequest, ModelFormatError
 
 from . import spaces
@@ -22,6 +23,10 @@ from .graphview import Unsupported
 from .hostgraph import GRAPH_REPLAY, HOST_PARAM, graph_replay_offered, host_bound, host_bound_at_seed
 from .lowering import Lowering, Unit, lower, own, replace_unit
 from .partition import group_cost
+
+# A partition's algorithm swaps (ExpertCode._swap) are offered only while the best kernel could
+# still be this much faster by its roofline (graph/reducers.py headroom; unknown: offered).
+SWAP_MIN_HEADROOM = 0.25
 
 
 def _key(params: dict[str, Any]) -> str:
@@ -216,6 +221,9 @@ class ExpertCode:
         lowered = low.at(base)
         if lowered.kind != "partition" or req.desc is None or req.desc.device != "cuda":
             return None
+        room = headroom(req.best)
+        if room is not None and room < SWAP_MIN_HEADROOM:
+            return None  # near its roofline already: a swap's job would buy little
         for units in alike_units(lowered, base):
             u = units[0]
             current = own(u.tag, base).get("algorithm")

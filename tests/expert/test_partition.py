@@ -253,6 +253,12 @@ def test_refine_swaps_one_groups_algorithm_after_the_exact_refinements(pdescs):
     assert swaps[0].origin.startswith(f"refine:swap:{first}"), [s.origin for s in swaps]
     # every swap is a distinct candidate, and the first one verifies
     assert len({str(sorted(s.params.items())) for s in swaps}) == len(swaps)
+    # near its roofline the best kernel gets no swap (a job that would buy little)
+    from graph.records import ProfileReport
+
+    near = best.model_copy(update={"profile": ProfileReport(roofline_fraction=0.9, bottleneck="memory")})
+    r = code.write(request(desc, mode="refine", best=near, tried=tried[: -len(swaps)]))
+    assert r.source is None or not r.origin.startswith("refine:swap:")
     # on the CPU nothing is timed: no swap
     cpu = code.write(request(pdescs["cnn"], mode="refine", best=best, tried=tried[: -len(swaps)]))
     assert cpu.source is None or not cpu.origin.startswith("refine:swap:")
