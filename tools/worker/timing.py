@@ -69,8 +69,8 @@ ADOPT_RATIO = 3.0
 # a lie, yet beyond 3x, and the task was lost. A claim below the speed-of-light bound is never
 # adopted: that is a lie whatever the clocks say.
 ADOPT_HOST_MS = 0.05
-# torch.compile's output is held to the checker's bar (compile_accuracy) for inputs up to this
-# size: the float64 twin of the reference needs about twice the inputs again.
+# torch.compile's output is held to the checker's bar (compile_accuracy) for inputs and weights of
+# up to this many bytes: the float64 twin of the reference needs about twice them again.
 COMPILE_CHECK_MAX_BYTES = 1 << 28
 # The judge's allowance for the runner's own work inside the wall window: drawing the inputs
 # (timed here on the same seed) and copying the last output back (at least this fast).
@@ -185,8 +185,12 @@ def compile_accuracy(
     from tools.worker.common import clone_inputs, float64_twin_mode, upcast_copies
 
     nbytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    if isinstance(ref, torch.nn.Module):
+        nbytes += sum(t.numel() * t.element_size() for t in [*ref.parameters(), *ref.buffers()])
     if nbytes > COMPILE_CHECK_MAX_BYTES:
-        return {"skipped": f"inputs of {nbytes / 2**30:.1f} GiB (the float64 twin would need twice that)"}
+        return {
+            "skipped": f"inputs and weights of {nbytes / 2**30:.2f} GiB (the float64 twin would need twice that)"
+        }
     stats: dict[str, Any] = {"max_abs": 0.0, "max_rel": 0.0, "ref_err": 0.0, "widened": False, "notes": []}
     stats.update(atol=None, rtol=None)
     try:
