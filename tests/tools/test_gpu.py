@@ -358,6 +358,8 @@ def test_the_final_benchmark_compiles_torch_compile_outside_the_gpu_lock(tmp_pat
     assert res.ok and res.payload["measured"], res.payload
     assert res.payload["compile_ms"] and res.payload["baseline"] == "measured"
     assert res.payload["compile_warmup_lock"] == "autotuning exclusive, compile unlocked"
+    # torch.compile's own output held to the checker's bar (timing.compile_accuracy): compared
+    assert "within_bar" in res.payload["compile_check"], res.payload["compile_check"]
 
 
 @needs_cuda
@@ -369,6 +371,8 @@ def test_prefetched_baselines_are_what_the_final_benchmark_reads(tmp_path) -> No
     r = tb.benchmark(task, (CORPUS / "good" / "softmax_good.py").read_text())
     assert r.measured and r.compile_ms and r.eager_ms
     assert r.baseline and r.baseline.startswith("eager measured, torch.compile cached"), r.baseline
+    # the check of torch.compile's output travels with its cached median
+    assert r.compile_check is not None and "within_bar" in r.compile_check, r.compile_check
 
 
 # A small-batch network of many layers: tens of launches a forward for little GPU work each.
