@@ -243,3 +243,38 @@ def test_a_build_staged_before_the_lock_is_the_build_made_under_it(tmp_path):
     assert rep["plain"] == {"ok": True, "staged": False}
     assert rep["staged"] == {"ok": True, "staged": True}
     assert rep["built"] and rep["used"] and rep["other_seed_fresh"] and rep["same"]
+
+
+def test_compile_only_with_threads_compiles_in_triton_async_mode_and_builds_launchers_after(monkeypatch):
+    """compile_only(threads) runs the block under Triton's AsyncCompileMode (the JIT's warm-ups
+    return futures and compile in the pool); when the block ends every compile has finished and
+    each future's kernel gets its launcher, as a warm-up's kernel does at once without threads."""
+    from triton.runtime import _async_compile
+
+    from tools.worker import common
+
+    built = []
+    monkeypatch.setattr(common, "build_launcher", lambda k: built.append(k) or (k is not None))
+
+    class Future:  # what JITFunction.run(warmup=True) returns under the mode
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def result(self, ignore_errors=False):
+            return self.kernel
+
+    with common.compile_only(threads=2) as state:
+        assert isinstance(_async_compile.active_mode.get(), _async_compile.AsyncCompileMode)
+        state["pending"] += [Future("k1"), Future(None)]  # None: a compile that failed
+        assert built == []
+    assert built == ["k1", None] and state["launchers"] == 1
+    assert _async_compile.active_mode.get() is None and state["pending"] == []
+    # one thread (the default, and _off_gpu's): no mode, nothing pending
+    with common.compile_only() as state:
+        assert _async_compile.active_mode.get() is None
+    # an error in the block ends the mode too, and nothing is built for it
+    built.clear()
+    with pytest.raises(RuntimeError), common.compile_only(threads=2) as state:
+        state["pending"].append(Future("k2"))
+        raise RuntimeError("a host read of a meta tensor")
+    assert built == [] and _async_compile.active_mode.get() is None and not state["on"]

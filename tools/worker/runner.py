@@ -202,7 +202,7 @@ class Runner:
         PyTorch op on a CUDA tensor raises there. Best effort: whatever stops it (a host value
         read from a tensor, an op meta tensors lack) leaves the rest to be compiled by the first
         real call, as without it; the reply says how far it got."""
-        from tools.worker.common import compile_only
+        from tools.worker.common import PRECOMPILE_THREADS, compile_only
 
         task = self._task(m.get("overrides") or {})
         done = launchers = 0
@@ -210,7 +210,7 @@ class Runner:
         staged = self._stage_record_model(task)
         stopped: dict[str, Any] = {}
         try:
-            with compile_only() as state, torch.no_grad(), torch.device("meta"):
+            with compile_only(PRECOMPILE_THREADS) as state, torch.no_grad(), torch.device("meta"):
                 init = task.init_args()
                 model = self.mod.ModelNew(*copy.deepcopy(init)).eval()
                 inputs = task.inputs(0, "meta")
