@@ -340,8 +340,10 @@ _COMPILE_ONLY: dict[str, Any] = {"on": False, "kernels": 0, "launchers": 0, "lib
 # Kernels compile_only(threads=...) compiles at once (Triton's AsyncCompileMode over a thread
 # pool): Triton's compile leaves the GIL for most of its work (its MLIR and LLVM passes, ptxas
 # runs as a process). On 2 CPU cores four sm_90 tf32x3 GEMM tiles compiled in 0.67 s in four
-# threads against 1.12 s one after another (2026-12-08). The runner's precompile uses it.
-PRECOMPILE_THREADS = 4
+# threads against 1.12 s one after another (2026-12-08). The runner's precompile uses two: an
+# eval runs 8 workers on the GPU host's 16 cores, and a loaded host slows the launches of the
+# host-bound forwards other jobs are timing (the final benchmarks of 2026-12-08 that drifted).
+PRECOMPILE_THREADS = 2
 
 
 def _kernel_module(kernel: Any) -> str:
