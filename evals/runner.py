@@ -416,6 +416,7 @@ def build_row(
         s_eager = eager / cand
     if s_comp is None and cand and comp:
         s_comp = comp / cand
+    compile_check = tm.get("compile_check") if isinstance(tm.get("compile_check"), dict) else {}
     # against the faster of the two baselines (both needed); reports before it have no field
     s_best = _f(rep.get("speedup_vs_best")) if measured else None
     if s_best is None and cand and eager and comp:
@@ -484,8 +485,8 @@ def build_row(
         # the host's time, not the kernels'
         "cudagraph_ms": _f(tm.get("cudagraph_ms")),
         # torch.compile's output within the bar our kernels must pass (None: not held to it)
-        "compile_within_bar": (tm.get("compile_check") or {}).get("within_bar"),
-        "compile_check_note": (tm.get("compile_check") or {}).get("reason"),
+        "compile_within_bar": compile_check.get("within_bar"),
+        "compile_check_note": compile_check.get("reason"),
         "host_cpu_busy": _f(tm.get("host_cpu_busy")),
         "baseline": tm.get("baseline") if isinstance(tm.get("baseline"), str) else None,
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,

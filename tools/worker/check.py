@@ -87,6 +87,19 @@ def tolerance_for(dtype: torch.dtype, tolerance: float | None) -> tuple[float, f
     return atol, rtol, False
 
 
+def compare_stats() -> dict[str, Any]:
+    """The running figures `compare` keeps over a check's outputs and trials."""
+    return {
+        "max_abs": 0.0,
+        "max_rel": 0.0,
+        "ref_err": 0.0,
+        "widened": False,
+        "notes": [],
+        "atol": None,
+        "rtol": None,
+    }
+
+
 def compare(
     trial: str,
     i: int,
@@ -216,15 +229,7 @@ class Checker:
         self.runner = runner
         self.device = job.device
         self.tolerance = job.options.get("tolerance")
-        self.stats: dict[str, Any] = {
-            "max_abs": 0.0,
-            "max_rel": 0.0,
-            "ref_err": 0.0,
-            "widened": False,
-            "notes": [],
-            "atol": None,
-            "rtol": None,
-        }
+        self.stats = compare_stats()
         self.cand_ops: list[str] = []
         self.ref_ops: list[str] = []
         self.shapes: list[dict[str, Any]] = []
