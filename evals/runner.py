@@ -486,7 +486,10 @@ def build_row(
         "cudagraph_ms": _f(tm.get("cudagraph_ms")),
         # torch.compile's output within the bar our kernels must pass (None: not held to it)
         "compile_within_bar": compile_check.get("within_bar"),
-        "compile_check_note": compile_check.get("reason"),
+        # why it missed the bar, or why it was not held to it (an error or a skip: never silent)
+        "compile_check_note": next(
+            (str(compile_check[k]) for k in ("reason", "error", "skipped") if compile_check.get(k)), None
+        ),
         "host_cpu_busy": _f(tm.get("host_cpu_busy")),
         "baseline": tm.get("baseline") if isinstance(tm.get("baseline"), str) else None,
         "dtype": rep.get("dtype") if isinstance(rep.get("dtype"), str) else None,

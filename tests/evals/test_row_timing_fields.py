@@ -62,6 +62,17 @@ def test_host_load_priority_and_baseline_reach_the_report_and_the_row(tmp_path: 
     assert row["host_cpu_busy"] == 0.42 and row["cudagraph_ms"] == 0.29 and row["stage_ms"] == 0.31
     # against eager 0.6 and torch.compile 0.4: the faster, compile's
     assert row["compile_within_bar"] is False and row["compile_check_note"].startswith("mismatch")
+    # a check that failed or was skipped says so in the row too
+    for cc, note in (
+        ({"error": "OutOfMemoryError: x"}, "OutOfMemoryError: x"),
+        ({"skipped": "too big"}, "too big"),
+    ):
+        rep["timing"]["compile_check"] = cc
+        (d / "report.json").write_text(
+            json.dumps({"verified": True, "status": "verified", "timing": rep["timing"]})
+        )
+        again = build_row(cfg, task, 0, exit_code=0, wall=10.0)
+        assert again["compile_within_bar"] is None and again["compile_check_note"] == note
     assert row["speedup_vs_best"] == pytest.approx(0.4 / 0.3)
     assert row["baseline"].startswith("eager measured, torch.compile cached")
     assert row["precision"] is None  # no parameters recorded
